@@ -1,0 +1,53 @@
+# The two commands a newcomer needs are `make run` and `make test`.
+# Everything installs into .venv from the project's own files; the control
+# plane's binaries are built from Go modules into ~/.cache/gpuclaimctl once.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: run test install controlplane lint typecheck bench bench-workqueue \
+        bench-informers bench-placement bench-controller clean
+
+$(STAMP): setup.cfg
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+controlplane: $(STAMP)
+	$(PY) -m gpuclaimctl.controlplane build
+
+run: controlplane
+	$(VENV)/bin/gpuclaimctl run --local
+
+test: controlplane
+	$(PY) -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/lint-imports
+
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy gpuclaimctl informers workqueue metrics
+
+bench: bench-workqueue bench-placement bench-informers bench-controller
+
+bench-workqueue: $(STAMP)
+	$(PY) -m benchmarks.workqueue_bench
+
+bench-informers: controlplane
+	$(PY) -m benchmarks.informer_bench
+
+bench-placement: $(STAMP)
+	$(PY) -m benchmarks.placement_bench
+
+bench-controller: controlplane
+	$(PY) -m benchmarks.controller_bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache

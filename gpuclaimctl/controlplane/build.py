@@ -1,0 +1,202 @@
+"""Build the local control plane's binaries from their Go modules.
+
+etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and
+kwok do not ship in any registry this project can reach, but each is a Go
+module the machine's Go can build. This module builds them once into a cache
+outside git, keyed by pinned version, and never rebuilds what is there.
+
+It must not download anything but Go modules, and its failures (no Go, no
+module proxy) are one line for a person, not a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
+
+# Kubernetes: a current release the machine's Go (1.26) builds; its go.mod
+# says `go 1.26.0`. etcd: kubeadm's DefaultEtcdVersion for that release
+# ("3.7.0-0" in cmd/kubeadm/app/constants/constants.go of v1.37.2).
+KUBERNETES_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.7.0"
+KWOK_VERSION = "v0.8.0"
+
+
+class BuildError(Exception):
+    """A build step failed; str() is one line that says what is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One cached build: its binaries come from one `go` invocation."""
+
+    name: str
+    version: str
+    binaries: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+KUBERNETES = Component(
+    "kubernetes",
+    KUBERNETES_VERSION,
+    ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"),
+)
+ETCD = Component("etcd", ETCD_VERSION, ("etcd",))
+KWOK = Component("kwok", KWOK_VERSION, ("kwok",))
+COMPONENTS = (ETCD, KUBERNETES, KWOK)
+
+
+def cache_root() -> Path:
+    env = os.environ.get("GPUCLAIMCTL_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "gpuclaimctl"
+
+
+def component_dir(component: Component, root: Path | None = None) -> Path:
+    return (root or cache_root()) / "controlplane" / component.key
+
+
+def binary_path(binary: str, root: Path | None = None) -> Path:
+    for component in COMPONENTS:
+        if binary in component.binaries:
+            return component_dir(component, root) / binary
+    raise KeyError(binary)
+
+
+def missing(root: Path | None = None) -> list[Component]:
+    return [
+        c
+        for c in COMPONENTS
+        if not all((component_dir(c, root) / b).is_file() for b in c.binaries)
+    ]
+
+
+def ensure_binaries(
+    root: Path | None = None, log: Callable[[str], None] = print
+) -> dict[str, Path]:
+    """Build whatever is missing; return every binary's path.
+
+    A file lock keeps two test sessions from building the same thing at once;
+    each component is built into a temporary folder and renamed into place,
+    so an interrupted build leaves nothing half-made behind.
+    """
+    root = root or cache_root()
+    if missing(root):
+        (root / "controlplane").mkdir(parents=True, exist_ok=True)
+        with _lock(root / "controlplane" / ".build.lock"):
+            todo = missing(root)
+            if todo:
+                go = _find_go()
+                for component in todo:
+                    _build(go, component, root, log)
+    return {b: binary_path(b, root) for c in COMPONENTS for b in c.binaries}
+
+
+
+def _find_go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            "Go is not installed: the local control plane is built from Go "
+            "modules (etcd, Kubernetes, kwok); install Go 1.26 or newer and "
+            "put `go` on PATH"
+        )
+    return go
+
+
+def _build(
+    go: str, component: Component, root: Path, log: Callable[[str], None]
+) -> None:
+    final = component_dir(component, root)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{component.key}-", dir=final.parent))
+    started = time.monotonic()
+    log(f"building {component.key} ({', '.join(component.binaries)}); "
+         "this happens once per version")
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")
+    try:
+        if component is KWOK:
+            env["GOBIN"] = str(tmp)
+            # kwok's go.mod has no replace directives, so `go install
+            # module@version` builds it exactly as its release pins it.
+            _run_go(
+                [go, "install", "-trimpath", "-ldflags=-s -w",
+                 f"sigs.k8s.io/kwok/cmd/kwok@{component.version}"],
+                cwd=tmp, env=env, component=component,
+            )
+        else:
+            packages = {
+                ETCD.name: ["."],
+                KUBERNETES.name: [f"k8s.io/kubernetes/cmd/{b}" for b in component.binaries],
+            }[component.name]
+            out = ["-o", str(tmp / "etcd")] if component is ETCD else ["-o", str(tmp) + "/"]
+            _run_go(
+                [go, "build", "-trimpath", "-ldflags=-s -w", *out, *packages],
+                cwd=GOMOD_DIR / component.name, env=env, component=component,
+            )
+        for b in component.binaries:
+            if not (tmp / b).is_file():
+                raise BuildError(f"building {component.key}: `go` produced no {b}")
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    size = sum(f.stat().st_size for f in final.iterdir()) / 2**20
+    log(f"built {component.key} in {time.monotonic() - started:.0f}s "
+         f"({size:.0f} MiB) into {final}")
+
+
+_PROXY_SIGNS = (
+    "dial tcp", "no such host", "connection refused", "i/o timeout",
+    "tls handshake", "proxy.golang.org", "unrecognized import path",
+    "reading https://", "410 gone", "404 not found",
+)
+
+
+def _run_go(argv: list[str], *, cwd: Path, env: dict[str, str], component: Component) -> None:
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return
+    lines = [l.strip() for l in proc.stderr.splitlines() if l.strip()]
+    proxy = next((l for l in lines if any(s in l.lower() for s in _PROXY_SIGNS)), None)
+    if proxy is not None:
+        raise BuildError(
+            f"building {component.key}: the Go module proxy did not answer "
+            f"(GOPROXY={env.get('GOPROXY') or _go_env('GOPROXY')}): {proxy}"
+        )
+    last = lines[-1] if lines else f"exit code {proc.returncode}"
+    raise BuildError(f"building {component.key}: `{' '.join(argv[1:3])}` failed: {last}")
+
+
+def _go_env(name: str) -> str:
+    go = shutil.which("go")
+    if go is None:
+        return ""
+    return subprocess.run([go, "env", name], capture_output=True, text=True).stdout.strip()
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
