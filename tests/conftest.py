@@ -1,0 +1,139 @@
+"""Session fixtures: one real control plane per test session.
+
+The plane starts with etcd and kube-apiserver the first time a test asks for
+it; kube-scheduler, kube-controller-manager and kwok start the first time a
+test asks for them (`full_plane`, `gpu_nodes`) and then keep running for the
+rest of the session. Every test gets a fresh namespace.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+from kubernetes import client, config, utils
+
+from gpuclaimctl.controlplane import (
+    CONTROLLER_MANAGER,
+    KWOK,
+    SCHEDULER,
+    ControlPlane,
+)
+from tests.helpers import gpu_node_manifest, node_is_ready, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    plane = ControlPlane(log=lambda m: print(f"[plane] {m}"))
+    try:
+        plane.start()
+    except Exception as e:  # the message carries the component's log tail
+        pytest.fail(f"the local control plane did not start: {e}", pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def full_plane(control_plane: ControlPlane) -> ControlPlane:
+    """The plane with kube-scheduler, kube-controller-manager and kwok running."""
+    for component in (SCHEDULER, CONTROLLER_MANAGER, KWOK):
+        control_plane.ensure(component)
+    return control_plane
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(api_client)
+    base = request.node.name.lower().replace("_", "-")
+    name = f"{base[:40].strip('-')}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    # Without kube-controller-manager nothing makes the `default` service
+    # account, and the API server refuses pods that would use it.
+    try:
+        core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def gpu_nodes(
+    full_plane: ControlPlane, api_client: client.ApiClient
+) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Factory for kwok-managed GPU nodes; they are deleted after the test.
+
+    `gpu_nodes(name, gpus=8, labels={}, taints=[], ready=True)` returns the
+    created Node (as a dict) once kwok reports it Ready (or at once when
+    ready=False: such a node is not managed by kwok and never becomes Ready).
+    """
+    core = client.CoreV1Api(api_client)
+    made: list[str] = []
+    suffix = uuid.uuid4().hex[:5]
+
+    def make(name: str, gpus: int = 8, *, ready: bool = True, **kwargs: Any) -> dict[str, Any]:
+        full = f"{name}-{suffix}"
+        manifest = gpu_node_manifest(full, gpus, kwok=ready, **kwargs)
+        core.create_node(manifest)
+        made.append(full)
+        if ready:
+            wait_for(lambda: node_is_ready(core, full), timeout=30,
+                     message=f"kwok to report node {full} Ready")
+        result: dict[str, Any] = api_client.sanitize_for_serialization(core.read_node(full))
+        return result
+
+    yield make
+    for n in made:
+        try:
+            core.delete_node(n)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+
+
+@pytest.fixture(scope="session")
+def crds(api_client: client.ApiClient) -> list[str]:
+    """Install the project's CRDs from deploy/crds once and wait until served."""
+    ext = client.ApiextensionsV1Api(api_client)
+    names: list[str] = []
+    for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
+        try:
+            utils.create_from_yaml(api_client, str(path))
+        except utils.FailToCreateError as e:
+            if any(getattr(x, "status", None) != 409 for x in e.api_exceptions):
+                raise
+        with open(path) as f:
+            for doc in yaml.safe_load_all(f):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    names.append(doc["metadata"]["name"])
+
+    def established() -> bool:
+        for n in names:
+            crd = ext.read_custom_resource_definition(n)
+            conds = {c.type: c.status for c in (crd.status.conditions or [])}
+            if conds.get("Established") != "True":
+                return False
+        return True
+
+    wait_for(established, timeout=30, message=f"CRDs {names} to be established")
+    return names
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from gpuclaimctl.controlplane import build
+
+    return f"control plane cache: {build.cache_root()} (set GPUCLAIMCTL_CACHE to move it)"
+

@@ -1,0 +1,76 @@
+"""Small test helpers: waiting for a condition, making fake GPU nodes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, TypeVar
+
+from kubernetes import client
+
+from gpuclaimctl.controlplane import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
+
+T = TypeVar("T")
+
+
+class WaitTimeout(AssertionError):
+    pass
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str | Callable[[], str] = "condition",
+) -> T:
+    """Poll predicate until it returns something truthy; return that value.
+
+    Fails the test with `message` (a string, or a callable evaluated at the
+    time of failure so it can show the last state) after `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {text}")
+        time.sleep(interval)
+
+
+def gpu_node_manifest(
+    name: str,
+    gpus: int = 8,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    resource: str = "nvidia.com/gpu",
+    cpu: str = "32",
+    memory: str = "256Gi",
+    pods: str = "110",
+    kwok: bool = True,
+) -> dict[str, Any]:
+    """A Node that kwok manages (Ready, heartbeats) with `gpus` GPUs."""
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods}
+    if gpus:
+        allocatable[resource] = str(gpus)
+    annotations = {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE} if kwok else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})},
+            "annotations": annotations,
+        },
+        "spec": {"taints": list(taints or [])},
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+
+
+def node_is_ready(core: client.CoreV1Api, name: str) -> bool:
+    node = core.read_node(name)
+    for c in node.status.conditions or []:
+        if c.type == "Ready":
+            return bool(c.status == "True")
+    return False
