@@ -1,0 +1,135 @@
+"""Names and types of the gpuclaimctl.io API (DESIGN.md §2, §3).
+
+Every string the controller shares with the API server, with users or with
+deploy/ lives here once, so a typo is an import error rather than a silent
+second name. The TypedDicts describe the raw objects informers hand out;
+they document shape only and are never validated at runtime (the CRD schema
+does that at the API server).
+
+This module imports nothing but the standard library and does nothing at
+import time.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TypedDict
+
+GROUP = "gpuclaimctl.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+CLASS_KIND = "GPUClass"
+CLAIM_KIND = "GPUClaim"
+TEMPLATE_KIND = "GPUClaimTemplate"
+CLASS_PLURAL = "gpuclasses"
+CLAIM_PLURAL = "gpuclaims"
+TEMPLATE_PLURAL = "gpuclaimtemplates"
+
+# The pod opts in with this scheduling gate and names its claims in the
+# annotation of the same name.
+SCHEDULING_GATE = f"{GROUP}/claims"
+CLAIMS_ANNOTATION = f"{GROUP}/claims"
+
+# A claim created for a pod's `template` or inline entry carries this label
+# (value TEMPLATE_CLAIM_LABEL_VALUE) and the entry's name in the annotation,
+# as upstream's resourceclaim controller records
+# `resource.kubernetes.io/pod-claim-name`.
+TEMPLATE_CLAIM_LABEL = f"{GROUP}/template-claim"
+TEMPLATE_CLAIM_LABEL_VALUE = "true"
+POD_CLAIM_NAME_ANNOTATION = f"{GROUP}/pod-claim-name"
+
+# Removed only when nothing reserves the claim.
+CLAIM_FINALIZER = f"{GROUP}/claim"
+
+# GPUClass.spec.resourceName when unset (the CRD default too).
+DEFAULT_RESOURCE_NAME = "nvidia.com/gpu"
+
+# The claim condition that is True, with a WaitReason, while the set waits.
+CONDITION_WAITING = "Waiting"
+
+# The only field a node selector requirement can match (matchFields).
+NODE_NAME_FIELD = "metadata.name"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    BOUND = "Bound"
+    LOST = "Lost"
+
+
+class WaitReason(StrEnum):
+    """Why a set waits: the reason of the claims' Waiting condition and of
+    the pod's Warning event (DESIGN.md §4)."""
+
+    CAPACITY = "Capacity"
+    CLASS_NOT_FOUND = "ClassNotFound"
+    CLASS_DELETING = "ClassDeleting"
+    CLAIM_MISSING = "ClaimMissing"
+    CLAIM_IN_USE = "ClaimInUse"
+    NAME_TAKEN = "NameTaken"
+    NODE_AFFINITY = "NodeAffinity"
+    NODE_REJECTED = "NodeRejected"
+    CORDONED = "Cordoned"
+    INVALID_CLAIMS = "InvalidClaims"
+
+
+class OnCordon(StrEnum):
+    MOVE = "Move"
+    STAY = "Stay"
+
+
+class ReclaimPolicy(StrEnum):
+    RELEASE = "Release"
+    RETAIN = "Retain"
+
+
+class Strategy(StrEnum):
+    """How placement chooses among nodes that fit a set."""
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+# --- raw object shapes (camelCase, as the API server serves them) ---------
+
+
+class GPUClassSpec(TypedDict, total=False):
+    resourceName: str
+    nodeSelector: dict[str, str]
+    onCordon: str
+
+
+class GPUClaimSpec(TypedDict, total=False):
+    className: str
+    count: int
+    reclaimPolicy: str
+
+
+class PodReference(TypedDict):
+    name: str
+    uid: str
+
+
+class RejectedNode(TypedDict, total=False):
+    nodeName: str
+    reason: str
+    until: str
+
+
+class GPUClaimStatus(TypedDict, total=False):
+    phase: str
+    nodeName: str
+    reservedFor: list[PodReference]
+    rejectedNodes: list[RejectedNode]
+    conditions: list[dict[str, object]]
+
+
+class TemplateMetadata(TypedDict, total=False):
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+class GPUClaimTemplateSpec(TypedDict, total=False):
+    metadata: TemplateMetadata
+    spec: GPUClaimSpec
