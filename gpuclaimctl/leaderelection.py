@@ -1,0 +1,683 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with client-go's semantics.
+
+Only the replica that holds the Lease runs the controller's workers; the
+others wait to take over. As in client-go's ``tools/leaderelection``:
+
+- A candidate judges expiry only by its own monotonic clock: the Lease is
+  free once ``lease_duration`` seconds have passed since this process last
+  *saw the record change*. The timestamps written in the Lease are never
+  compared with our clock, so clock skew between machines does not matter.
+- Every write carries the resourceVersion last read; a conflict means
+  somebody else wrote in between and is answered by reading again, never by
+  overwriting.
+- The leader renews every ``retry_period``. When it cannot renew within
+  ``renew_deadline`` of its last successful renewal, or sees another holder
+  in the Lease, it stops leading at once: its workers are stopped while at
+  least ``lease_duration - renew_deadline`` seconds remain before any other
+  candidate may consider the Lease expired.
+- On cancel (SIGTERM) the leader stops its workers, then releases the
+  Lease by writing an empty holder and a one-second duration, so a standby
+  takes over at its next retry instead of waiting out the lease.
+
+Two deliberate differences from client-go: the renew deadline counts from
+the last successful renewal (client-go starts it a retry period later,
+which eats into the margin above), and workers are stopped *before* the
+release (client-go releases first and leaves that ordering to the caller).
+
+This module must not start threads or make requests at import; it is the
+only one here that writes Leases.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import enum
+import math
+import random
+import re
+import socket
+import threading
+import uuid
+from typing import Any, Callable, Protocol
+
+import orjson
+from kubernetes import client
+
+from gpuclaimctl.logs import get_logger
+from metrics.leaderelection import LeaderElectionMetrics
+from workqueue.clock import Clock, RealClock
+
+# client-go's leaderelection.JitterFactor: candidates retry after
+# retry_period * (1 + rand * 1.2), and renew_deadline must exceed
+# retry_period * 1.2 so a renewal gets more than one try.
+JITTER_FACTOR = 1.2
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def default_identity() -> str:
+    """``<hostname>_<uuid4>``: unique even when two replicas share a hostname."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderElectionConfig:
+    """Where the Lease lives, who we are, and the three durations (seconds).
+
+    Invariant (checked on construction): every duration is positive and
+    ``lease_duration > renew_deadline > JITTER_FACTOR * retry_period``.
+    """
+
+    lease_name: str
+    namespace: str
+    identity: str = dataclasses.field(default_factory=default_identity)
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_cancel: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.lease_name) > 253 or not _DNS1123_SUBDOMAIN.match(self.lease_name):
+            raise ValueError(
+                f"lease name {self.lease_name!r} is not a valid DNS subdomain "
+                "(lower-case letters, digits, '-' and '.')"
+            )
+        if len(self.namespace) > 63 or not _DNS1123_LABEL.match(self.namespace):
+            raise ValueError(
+                f"lease namespace {self.namespace!r} is not a valid DNS label "
+                "(lower-case letters, digits and '-')"
+            )
+        if not self.identity:
+            raise ValueError("leader election identity must not be empty")
+        for label, value in (
+            ("lease duration", self.lease_duration),
+            ("renew deadline", self.renew_deadline),
+            ("retry period", self.retry_period),
+        ):
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{label} must be a positive number of seconds, not {value!r}")
+        if self.lease_duration <= self.renew_deadline:
+            raise ValueError(
+                f"lease duration ({self.lease_duration:g}s) must be greater than "
+                f"renew deadline ({self.renew_deadline:g}s)"
+            )
+        if self.renew_deadline <= JITTER_FACTOR * self.retry_period:
+            raise ValueError(
+                f"renew deadline ({self.renew_deadline:g}s) must be greater than "
+                f"{JITTER_FACTOR:g} x retry period ({self.retry_period:g}s)"
+            )
+
+    @property
+    def lease_duration_seconds(self) -> int:
+        # The Lease holds whole seconds. Rounding up keeps others waiting at
+        # least as long as we believe we hold it; rounding down would not.
+        return math.ceil(self.lease_duration)
+
+    @property
+    def stop_budget(self) -> float:
+        """Seconds between a failed renewal and the earliest takeover elsewhere.
+
+        ``on_stopped_leading`` must have stopped every worker within this.
+        """
+        return self.lease_duration - self.renew_deadline
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.lease_name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderElectionRecord:
+    """The election state a Lease's spec holds (client-go's LeaderElectionRecord).
+
+    Times are kept as the API server's strings: they are compared for change
+    only, never read as time.
+    """
+
+    holder_identity: str
+    lease_duration_seconds: int
+    acquire_time: str | None
+    renew_time: str | None
+    leader_transitions: int
+
+
+class LockError(Exception):
+    """The API server answered a lock request with an unexpected status."""
+
+
+class LockConflictError(LockError):
+    """Somebody else wrote the Lease since we read it (HTTP 409)."""
+
+
+class ResourceLock(Protocol):
+    """Storage for the election record, with optimistic concurrency.
+
+    ``update`` writes against the version last returned by ``get``,
+    ``create`` or ``update`` and raises ``LockConflictError`` when the
+    stored version moved on. Any other exception is a failed attempt.
+    """
+
+    def get(self, timeout: float) -> LeaderElectionRecord | None:
+        """The stored record, or None when there is no Lease."""
+        ...
+
+    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        ...
+
+    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        ...
+
+    def describe(self) -> str:
+        ...
+
+
+class LeaseLock:
+    """A ``ResourceLock`` on one ``coordination.k8s.io/v1`` Lease.
+
+    It sends its requests through its own ``ApiClient`` built from a copy of
+    the given one's configuration, with urllib3's retries turned off: the
+    elector is the retry loop, and a library retrying behind its back could
+    stretch one attempt past the renew deadline. The Lease travels as plain
+    JSON so the MicroTime fields stay exactly as the API server wrote them.
+    """
+
+    _API = "/apis/coordination.k8s.io/v1"
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
+        configuration = copy.deepcopy(api_client.configuration)
+        configuration.retries = 0
+        self._client = client.ApiClient(configuration)
+        self._client.user_agent = f"{api_client.user_agent} leader-election"
+        self._namespace = namespace
+        self._name = name
+        self._collection = f"{self._API}/namespaces/{namespace}/leases"
+        # The Lease as last returned by the API server; its resourceVersion
+        # is the one the next update is conditional on. Only the elector's
+        # thread touches it.
+        self._lease: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        return f"{self._namespace}/{self._name}"
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    def get(self, timeout: float) -> LeaderElectionRecord | None:
+        status, body = self._request("GET", f"{self._collection}/{self._name}", None, timeout)
+        if status == 404:
+            self._lease = None
+            return None
+        if status != 200:
+            raise LockError(f"reading Lease {self.describe()}: {_status_text(status, body)}")
+        self._lease = body
+        return record_from_lease(body)
+
+    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self._name, "namespace": self._namespace},
+            "spec": _spec_from_record(record, {}),
+        }
+        status, body = self._request("POST", self._collection, lease, timeout)
+        return self._written("creating", status, body)
+
+    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        if self._lease is None:
+            raise LockError(f"Lease {self.describe()} must be read or created before an update")
+        metadata = dict(self._lease.get("metadata") or {})
+        # Left out, the API server keeps the stored managedFields.
+        metadata.pop("managedFields", None)
+        lease = dict(self._lease)
+        lease["metadata"] = metadata
+        lease["spec"] = _spec_from_record(record, self._lease.get("spec") or {})
+        status, body = self._request("PUT", f"{self._collection}/{self._name}", lease, timeout)
+        return self._written("updating", status, body)
+
+    def _written(self, verb: str, status: int, body: dict[str, Any]) -> LeaderElectionRecord:
+        if status == 409:
+            raise LockConflictError(f"{verb} Lease {self.describe()}: {_status_text(status, body)}")
+        if status not in (200, 201):
+            raise LockError(f"{verb} Lease {self.describe()}: {_status_text(status, body)}")
+        self._lease = body
+        return record_from_lease(body)
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None, timeout: float
+    ) -> tuple[int, dict[str, Any]]:
+        request = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(*request, _request_timeout=max(timeout, 0.001))
+        data = response.read()  # type: ignore[no-untyped-call]
+        try:
+            decoded = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            decoded = {"message": data[:200].decode("utf-8", "replace")}
+        return int(response.status), decoded if isinstance(decoded, dict) else {}
+
+
+def _status_text(status: int, body: dict[str, Any]) -> str:
+    return f"HTTP {status} {body.get('reason') or ''} {body.get('message') or ''}".strip()
+
+
+def record_from_lease(lease: dict[str, Any]) -> LeaderElectionRecord:
+    spec = lease.get("spec") or {}
+    return LeaderElectionRecord(
+        holder_identity=spec.get("holderIdentity") or "",
+        lease_duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+        acquire_time=spec.get("acquireTime"),
+        renew_time=spec.get("renewTime"),
+        leader_transitions=int(spec.get("leaseTransitions") or 0),
+    )
+
+
+def _spec_from_record(record: LeaderElectionRecord, old: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(old)  # keeps fields we do not manage (strategy, preferredHolder)
+    spec["holderIdentity"] = record.holder_identity
+    spec["leaseDurationSeconds"] = record.lease_duration_seconds
+    spec["leaseTransitions"] = record.leader_transitions
+    for key, value in (("acquireTime", record.acquire_time), ("renewTime", record.renew_time)):
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return spec
+
+
+def micro_time(epoch_seconds: float) -> str:
+    """RFC 3339 with microseconds in UTC, the wire form of a MicroTime."""
+    ts = datetime.datetime.fromtimestamp(epoch_seconds, tz=datetime.timezone.utc)
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class ElectionOutcome(enum.Enum):
+    """Why ``LeaderElector.run`` returned; the CLI maps it to an exit code."""
+
+    CANCELLED = "cancelled"  # cancel() was called; the Lease was released if held
+    LOST = "lost"  # renewal failed or another holder took the Lease
+    WORKER_FAILED = "worker-failed"  # on_started_leading raised
+
+
+class LeaderElectionUnhealthy(Exception):
+    """Raised by ``LeaderElector.check`` when leadership is stuck."""
+
+
+class LeaderElector:
+    """Runs one election on one lock; ``run`` may be called once.
+
+    ``is_leader``, ``leader``, ``check`` and ``cancel`` may be called from any
+    thread; ``cancel`` also from a signal handler.
+    """
+
+    def __init__(
+        self,
+        config: LeaderElectionConfig,
+        lock: ResourceLock,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        metrics: LeaderElectionMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self._lock = lock
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._rng = rng if rng is not None else random.Random()
+        self._metrics = metrics
+        self._log = get_logger(__name__, lease=config.describe(), identity=config.identity)
+        # Guards the observed record and time, read by other threads. An
+        # RLock, because cancel() may run in a signal handler on the thread
+        # that holds it.
+        self._cond = threading.Condition(threading.RLock())
+        self._observed: LeaderElectionRecord | None = None
+        # Monotonic time at which _observed was last seen to change (for our
+        # own writes: when the successful request was sent, the earliest
+        # moment others can have seen it).
+        self._observed_time = -math.inf
+        # Monotonic time at which our last successful write was sent: the
+        # Lease cannot expire anywhere before this plus its duration.
+        self._last_write = -math.inf
+        self._reported_leader = ""
+        self._cancelled = False
+        self._worker_failed = False
+        self._started = False
+        self._on_new_leader: Callable[[str], None] | None = None
+        if metrics is not None:
+            metrics.leader_off(config.lease_name)
+
+    @classmethod
+    def on_lease(
+        cls,
+        config: LeaderElectionConfig,
+        api_client: client.ApiClient,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        metrics: LeaderElectionMetrics | None = None,
+    ) -> LeaderElector:
+        """An elector on the Lease ``config`` names, through ``api_client``."""
+        lock = LeaseLock(api_client, config.namespace, config.lease_name)
+        return cls(config, lock, clock=clock, rng=rng, metrics=metrics)
+
+    # -- queries -------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        """Whether the last record we observed names us as the holder."""
+        with self._cond:
+            return self._observed is not None and (
+                self._observed.holder_identity == self.config.identity
+            )
+
+    def leader(self) -> str:
+        """The holder we last observed ('' when none)."""
+        with self._cond:
+            return self._observed.holder_identity if self._observed else ""
+
+    def check(self, max_tolerable_expired: float) -> None:
+        """Raise when we hold the lease but have not renewed it for too long.
+
+        client-go's HealthzAdaptor: a leader that has not renewed for
+        ``lease_duration + max_tolerable_expired`` should have stopped
+        leading by itself; being stuck is what a liveness probe should see.
+        A standby is always healthy.
+        """
+        with self._cond:
+            if not (self._observed and self._observed.holder_identity == self.config.identity):
+                return
+            since = self._clock.monotonic() - self._observed_time
+        if since > self.config.lease_duration + max_tolerable_expired:
+            raise LeaderElectionUnhealthy(
+                f"failed election to renew leadership on lease {self.config.describe()}: "
+                f"last renewed {since:.1f}s ago"
+            )
+
+    # -- control ---------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop campaigning; a leader stops its workers and releases the Lease."""
+        with self._cond:
+            self._cancelled = True
+            self._cond.notify_all()
+
+    def run(
+        self,
+        on_started_leading: Callable[[threading.Event], None],
+        on_stopped_leading: Callable[[], None],
+        on_new_leader: Callable[[str], None] | None = None,
+    ) -> ElectionOutcome:
+        """Campaign until cancelled or, once leading, until leadership ends.
+
+        ``on_started_leading(stop)`` runs in its own thread when we become
+        leader; ``stop`` is set when leadership ends. It may block until then
+        or start workers and return. ``on_stopped_leading()`` runs in this
+        thread after ``stop`` is set and after ``on_started_leading`` has
+        returned (or ``config.stop_budget`` has passed); when it returns,
+        every worker must have stopped. It is not called if we never led.
+        ``on_new_leader(identity)`` runs in this thread whenever a different
+        holder is observed, ourselves included; it must be quick.
+        """
+        with self._cond:
+            if self._started:
+                raise RuntimeError("a LeaderElector runs only once")
+            self._started = True
+        self._on_new_leader = on_new_leader
+        if not self._acquire():
+            return ElectionOutcome.CANCELLED
+        if self._metrics is not None:
+            self._metrics.leader_on(self.config.lease_name)
+        stop = threading.Event()
+        worker = threading.Thread(
+            target=self._lead,
+            args=(on_started_leading, stop),
+            name=f"leader-{self.config.lease_name}",
+            daemon=True,
+        )
+        worker.start()
+        try:
+            outcome = self._renew()
+        finally:
+            if self._metrics is not None:
+                self._metrics.leader_off(self.config.lease_name)
+            stop.set()
+        # Bound the wait by when the Lease may expire elsewhere: past that,
+        # waiting longer buys nothing.
+        with self._cond:
+            expires = self._last_write + self.config.lease_duration
+        worker.join(timeout=max(0.0, expires - self._clock.monotonic()))
+        stopped_in_time = not worker.is_alive()
+        if not stopped_in_time:
+            self._log.error("on_started_leading has not returned; stopping anyway")
+        try:
+            on_stopped_leading()
+        except Exception:
+            self._log.exception("on_stopped_leading raised")
+        if outcome is not ElectionOutcome.LOST and self.config.release_on_cancel:
+            if stopped_in_time:
+                self._release()
+            else:
+                # Releasing would let a standby start while our workers
+                # may still write; let the Lease expire instead.
+                self._log.error("not releasing the Lease: workers may still be running")
+        self._log.info("stopped leading", extra={"reason": outcome.value})
+        return outcome
+
+    # -- the loops -------------------------------------------------------------
+
+    def _lead(self, on_started_leading: Callable[[threading.Event], None], stop: threading.Event) -> None:
+        try:
+            on_started_leading(stop)
+        except Exception:
+            self._log.exception("on_started_leading raised; giving up leadership")
+            with self._cond:
+                self._worker_failed = True
+                self._cond.notify_all()
+
+    def _acquire(self) -> bool:
+        """Try until we hold the Lease (True) or are cancelled (False)."""
+        self._log.info("attempting to acquire leader lease")
+        while True:
+            if self._stopping():
+                return False
+            acquired = self.try_acquire_or_renew(self.config.renew_deadline)
+            self._report_transition()
+            if acquired:
+                self._log.info("successfully acquired lease")
+                return True
+            self._log.v(4).info("failed to acquire lease", extra={"holder": self.leader()})
+            # Jittered, so candidates that lost together do not retry in step.
+            pause = self.config.retry_period * (1 + self._rng.random() * JITTER_FACTOR)
+            if self._sleep_until(self._clock.monotonic() + pause):
+                return False
+
+    def _renew(self) -> ElectionOutcome:
+        """Renew every retry period until cancelled or leadership is lost."""
+        while True:
+            if self._sleep_until(self._clock.monotonic() + self.config.retry_period):
+                return self._stopped_outcome()
+            with self._cond:
+                deadline = self._last_write + self.config.renew_deadline
+            while True:
+                now = self._clock.monotonic()
+                if now >= deadline:
+                    self._log.error(
+                        "failed to renew lease within the renew deadline",
+                        extra={"renew_deadline": self.config.renew_deadline},
+                    )
+                    return ElectionOutcome.LOST
+                renewed = self.try_acquire_or_renew(deadline - now)
+                self._report_transition()
+                if renewed:
+                    self._log.v(5).info("successfully renewed lease")
+                    break
+                if not self.is_leader():
+                    self._log.error("lease taken over", extra={"holder": self.leader()})
+                    return ElectionOutcome.LOST
+                if self._sleep_until(min(now + self.config.retry_period, deadline)):
+                    return self._stopped_outcome()
+
+    def _stopped_outcome(self) -> ElectionOutcome:
+        with self._cond:
+            failed = self._worker_failed
+        return ElectionOutcome.WORKER_FAILED if failed else ElectionOutcome.CANCELLED
+
+    def _stopping(self) -> bool:
+        with self._cond:
+            return self._cancelled or self._worker_failed
+
+    def _sleep_until(self, deadline: float) -> bool:
+        """Wait until ``deadline`` (monotonic); True if told to stop first."""
+        with self._cond:
+            while not (self._cancelled or self._worker_failed):
+                if self._clock.monotonic() >= deadline:
+                    return False
+                self._clock.wait_until(self._cond, deadline)
+            return True
+
+    # -- one attempt -----------------------------------------------------------
+
+    def try_acquire_or_renew(self, timeout: float) -> bool:
+        """One attempt to take or renew the Lease; True when we hold it now.
+
+        ``timeout`` bounds the attempt's requests together. ``run`` loops
+        over this; tests call it directly to check the timing rules.
+        """
+        start = self._clock.monotonic()
+        attempt_deadline = start + timeout
+        stamp = micro_time(self._clock.now())
+        desired = LeaderElectionRecord(
+            holder_identity=self.config.identity,
+            lease_duration_seconds=self.config.lease_duration_seconds,
+            acquire_time=stamp,
+            renew_time=stamp,
+            leader_transitions=0,
+        )
+
+        # 1. Fast path: the leader writes assuming its last write is current.
+        with self._cond:
+            observed = self._observed
+            fast = self._holds(observed) and self._lease_valid(start)
+        if fast and observed is not None:
+            try:
+                stored = self._lock.update(
+                    dataclasses.replace(
+                        desired,
+                        acquire_time=observed.acquire_time,
+                        leader_transitions=observed.leader_transitions,
+                    ),
+                    self._remaining(attempt_deadline),
+                )
+            except Exception as e:
+                self._log.v(2).info(
+                    "failed to update lease optimistically, falling back to a read",
+                    extra={"error": e},
+                )
+            else:
+                self._set_observed(stored, start)
+                return True
+
+        # 2. Read the record, creating the Lease if there is none.
+        try:
+            current = self._lock.get(self._remaining(attempt_deadline))
+        except Exception as e:
+            self._log.error("error retrieving lease", extra={"error": e})
+            return False
+        if current is None:
+            try:
+                stored = self._lock.create(desired, self._remaining(attempt_deadline))
+            except Exception as e:
+                self._log.error("error creating lease", extra={"error": e})
+                return False
+            self._set_observed(stored, start)
+            return True
+
+        # 3. A changed record restarts the expiry clock.
+        now = self._clock.monotonic()
+        with self._cond:
+            if current != self._observed:
+                self._observed = current
+                self._observed_time = now
+            held_by_us = self._holds(current)
+            if current.holder_identity and not held_by_us and self._lease_valid(now):
+                return False
+
+        # 4. Free, expired or ours: write ourselves in, conditional on what we read.
+        if held_by_us:
+            desired = dataclasses.replace(
+                desired,
+                acquire_time=current.acquire_time,
+                leader_transitions=current.leader_transitions,
+            )
+        else:
+            desired = dataclasses.replace(desired, leader_transitions=current.leader_transitions + 1)
+        try:
+            stored = self._lock.update(desired, self._remaining(attempt_deadline))
+        except Exception as e:
+            self._log.error("failed to update lease", extra={"error": e})
+            return False
+        self._set_observed(stored, start)
+        return True
+
+    def _remaining(self, deadline: float) -> float:
+        remaining = deadline - self._clock.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no time left in this attempt")
+        return remaining
+
+    def _holds(self, record: LeaderElectionRecord | None) -> bool:
+        return record is not None and record.holder_identity == self.config.identity
+
+    def _lease_valid(self, now: float) -> bool:
+        # Caller holds _cond. client-go's isLeaseValid: the record's own
+        # duration, counted from when we saw it change.
+        if self._observed is None:
+            return False
+        return self._observed_time + self._observed.lease_duration_seconds > now
+
+    def _set_observed(self, record: LeaderElectionRecord, at: float) -> None:
+        """Record a successful write of ours, sent at ``at``."""
+        with self._cond:
+            self._observed = record
+            self._observed_time = at
+            self._last_write = at
+
+    def _report_transition(self) -> None:
+        holder = self.leader()
+        if not holder or holder == self._reported_leader:
+            return
+        self._reported_leader = holder
+        self._log.info("new leader observed", extra={"holder": holder})
+        if self._on_new_leader is not None:
+            try:
+                self._on_new_leader(holder)
+            except Exception:
+                self._log.exception("on_new_leader raised")
+
+    def _release(self) -> bool:
+        """Hand the Lease back (empty holder, 1 s) if we hold it; True when done."""
+        with self._cond:
+            observed = self._observed
+        if observed is None or not self._holds(observed):
+            return True
+        stamp = micro_time(self._clock.now())
+        released = LeaderElectionRecord(
+            holder_identity="",
+            lease_duration_seconds=1,
+            acquire_time=stamp,
+            renew_time=stamp,
+            leader_transitions=observed.leader_transitions,
+        )
+        start = self._clock.monotonic()
+        try:
+            stored = self._lock.update(released, self.config.renew_deadline)
+        except Exception as e:
+            self._log.error("failed to release lease", extra={"error": e})
+            return False
+        self._set_observed(stored, start)
+        self._log.info("released lease")
+        return True

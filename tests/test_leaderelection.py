@@ -1,0 +1,565 @@
+"""Leader election: client-go's timing rules on a fake clock, then real Leases.
+
+The first half drives ``LeaderElector`` against an in-memory lock with the
+same optimistic-concurrency contract as a Lease, on a clock that moves only
+when the elector waits, so every timing rule is checked exactly and without
+sleeping. The second half (marked ``plane``) runs electors against the real
+API server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import random
+import re
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuclaimctl.leaderelection import (
+    JITTER_FACTOR,
+    ElectionOutcome,
+    LeaderElectionConfig,
+    LeaderElectionRecord,
+    LeaderElectionUnhealthy,
+    LeaderElector,
+    LockConflictError,
+    default_identity,
+)
+from metrics.leaderelection import LeaderElectionMetrics
+
+# ---------------------------------------------------------------------------
+# Fakes
+
+
+class ApiDown(ConnectionError):
+    pass
+
+
+class SelfAdvancingClock:
+    """A fake clock whose time jumps forward whenever somebody waits on it.
+
+    ``at(t, fn)`` runs ``fn`` when time reaches ``t``; a wait returns early
+    at such a moment (as ``Condition.wait`` may) so the waiter re-checks.
+    """
+
+    def __init__(self) -> None:
+        self.mono = 1000.0
+        self.wall = 1_700_000_000.0
+        self.waits: list[float] = []
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (when, next(self._seq), fn))
+
+    def wait_until(self, cond: threading.Condition, deadline: float | None) -> None:
+        assert deadline is not None, "the elector never waits without a deadline"
+        self.waits.append(deadline - self.mono)
+        if self._events and self._events[0][0] <= deadline:
+            when, _, fn = heapq.heappop(self._events)
+            self.advance(max(0.0, when - self.mono))
+            fn()
+            return
+        self.advance(max(0.0, deadline - self.mono))
+
+
+class LeaseServer:
+    """One stored election record with a version, like a Lease and its resourceVersion."""
+
+    def __init__(self, clock: SelfAdvancingClock) -> None:
+        self.clock = clock
+        self.record: LeaderElectionRecord | None = None
+        self.version = 0
+        self.down = False
+        self.writes: list[tuple[float, LeaderElectionRecord]] = []
+        self.calls: list[str] = []
+
+    def steal(self, holder: str) -> None:
+        """Another writer overwrites the record, as `kubectl edit` would."""
+        assert self.record is not None
+        self._store(dataclasses.replace(self.record, holder_identity=holder))
+
+    def _store(self, record: LeaderElectionRecord) -> None:
+        self.version += 1
+        self.record = record
+        self.writes.append((self.clock.monotonic(), record))
+
+
+class FakeLock:
+    def __init__(self, server: LeaseServer) -> None:
+        self.server = server
+        self.version: int | None = None
+
+    def describe(self) -> str:
+        return "fake/lease"
+
+    def _call(self, verb: str) -> None:
+        self.server.calls.append(verb)
+        if self.server.down:
+            raise ApiDown("connection refused")
+
+    def get(self, timeout: float) -> LeaderElectionRecord | None:
+        self._call("get")
+        self.version = self.server.version if self.server.record else None
+        return self.server.record
+
+    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        self._call("create")
+        if self.server.record is not None:
+            raise LockConflictError("already exists")
+        self.server._store(record)
+        self.version = self.server.version
+        return record
+
+    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        self._call("update")
+        if self.version != self.server.version:
+            raise LockConflictError("the object has been modified")
+        self.server._store(record)
+        self.version = self.server.version
+        return record
+
+
+@dataclasses.dataclass
+class Harness:
+    clock: SelfAdvancingClock
+    server: LeaseServer
+
+    def elector(self, identity: str, **config: Any) -> LeaderElector:
+        cfg = LeaderElectionConfig("gpuclaimctl", "kube-system", identity=identity, **config)
+        return LeaderElector(cfg, FakeLock(self.server), clock=self.clock, rng=random.Random(7))
+
+
+@pytest.fixture
+def h() -> Harness:
+    clock = SelfAdvancingClock()
+    return Harness(clock, LeaseServer(clock))
+
+
+def held_by(holder: str, *, renew_time: str = "2024-01-01T00:00:00.000000Z") -> LeaderElectionRecord:
+    return LeaderElectionRecord(holder, 15, renew_time, renew_time, 3)
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+
+
+def test_defaults_are_client_go_s_15_10_2() -> None:
+    cfg = LeaderElectionConfig("gpuclaimctl", "kube-system")
+    assert (cfg.lease_duration, cfg.renew_deadline, cfg.retry_period) == (15.0, 10.0, 2.0)
+    assert cfg.release_on_cancel
+    assert cfg.stop_budget == 5.0
+
+
+def test_default_identity_is_hostname_underscore_uuid() -> None:
+    identity = default_identity()
+    host, _, rest = identity.rpartition("_")
+    assert host == socket.gethostname()
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", rest)
+    assert default_identity() != identity
+
+
+@pytest.mark.parametrize(
+    ("durations", "message"),
+    [
+        pytest.param((10, 10, 2), "lease duration (10s) must be greater than renew deadline (10s)", id="lease-equals-renew"),
+        pytest.param((5, 10, 2), "lease duration (5s) must be greater than renew deadline", id="lease-below-renew"),
+        pytest.param((15, 2.4, 2), "renew deadline (2.4s) must be greater than 1.2 x retry period (2s)", id="renew-equals-jittered-retry"),
+        pytest.param((15, 2, 2), "renew deadline (2s) must be greater than 1.2 x retry period", id="renew-equals-retry"),
+        pytest.param((15, 10, 0), "retry period must be a positive number of seconds", id="zero-retry"),
+        pytest.param((-1, 10, 2), "lease duration must be a positive number of seconds", id="negative-lease"),
+        pytest.param((float("nan"), 10, 2), "lease duration must be a positive number", id="nan-lease"),
+        pytest.param((float("inf"), 10, 2), "lease duration must be a positive number", id="infinite-lease"),
+    ],
+)
+def test_durations_out_of_order_are_refused_with_one_line(
+    durations: tuple[float, float, float], message: str
+) -> None:
+    lease, renew, retry = durations
+    with pytest.raises(ValueError) as err:
+        LeaderElectionConfig("l", "ns", lease_duration=lease, renew_deadline=renew, retry_period=retry)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_renew_deadline_just_above_jittered_retry_is_accepted() -> None:
+    LeaderElectionConfig("l", "ns", lease_duration=3, renew_deadline=2.41, retry_period=2)
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace", "identity"),
+    [
+        pytest.param("Bad_Name", "ns", "me", id="lease-name-not-dns"),
+        pytest.param("lease", "kube.system", "me", id="namespace-not-a-label"),
+        pytest.param("lease", "ns", "", id="empty-identity"),
+    ],
+)
+def test_bad_names_are_refused(name: str, namespace: str, identity: str) -> None:
+    with pytest.raises(ValueError):
+        LeaderElectionConfig(name, namespace, identity=identity)
+
+
+def test_fractional_lease_duration_is_written_rounded_up(h: Harness) -> None:
+    a = h.elector("a", lease_duration=2.5, renew_deadline=2, retry_period=1)
+    assert a.try_acquire_or_renew(1)
+    assert h.server.record is not None
+    assert h.server.record.lease_duration_seconds == 3
+
+
+# ---------------------------------------------------------------------------
+# One attempt: the timing and concurrency rules
+
+
+def test_a_missing_lease_is_created_with_us_as_holder(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    assert a.is_leader()
+    record = h.server.record
+    assert record is not None
+    assert (record.holder_identity, record.lease_duration_seconds, record.leader_transitions) == ("a", 15, 0)
+    assert record.renew_time == "2023-11-14T22:13:20.000000Z"
+
+
+@pytest.mark.parametrize(
+    "renew_time",
+    [
+        pytest.param("1970-01-01T00:00:00.000000Z", id="stamped-long-ago"),
+        pytest.param("2999-01-01T00:00:00.000000Z", id="stamped-in-the-future"),
+    ],
+)
+def test_expiry_counts_from_when_we_saw_the_record_not_its_timestamps(
+    h: Harness, renew_time: str
+) -> None:
+    h.server._store(held_by("b", renew_time=renew_time))
+    a = h.elector("a")
+    assert not a.try_acquire_or_renew(10)
+    first_seen = h.clock.mono
+
+    h.clock.advance(14.999)
+    assert not a.try_acquire_or_renew(10)
+    assert not a.is_leader()
+
+    h.clock.advance(15 - 14.999)
+    assert h.clock.mono == pytest.approx(first_seen + 15)
+    assert a.try_acquire_or_renew(10)
+    assert h.server.record is not None
+    assert h.server.record.holder_identity == "a"
+    assert h.server.record.leader_transitions == 4
+
+
+def test_a_renewal_by_the_holder_restarts_the_expiry_clock(h: Harness) -> None:
+    b = h.elector("b")
+    a = h.elector("a")
+    assert b.try_acquire_or_renew(10)
+    assert not a.try_acquire_or_renew(10)
+
+    h.clock.advance(10)
+    assert b.try_acquire_or_renew(10)  # b renews
+    h.clock.advance(6)  # 16 s since a first saw b; a sees the renewal only now
+    assert not a.try_acquire_or_renew(10)
+    h.clock.advance(14.999)
+    assert not a.try_acquire_or_renew(10)
+    h.clock.advance(0.001)  # 15 s since a saw the renewal
+    assert a.try_acquire_or_renew(10)
+    assert a.leader() == "a"
+
+
+def test_a_released_lease_is_taken_at_once(h: Harness) -> None:
+    h.server._store(LeaderElectionRecord("", 1, None, None, 5))
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    assert h.server.record is not None
+    assert (h.server.record.holder_identity, h.server.record.leader_transitions) == ("a", 6)
+
+
+def test_racing_candidates_resolve_by_resource_version_never_by_force(h: Harness) -> None:
+    h.server._store(LeaderElectionRecord("", 1, None, None, 0))
+    a_lock, b_lock = FakeLock(h.server), FakeLock(h.server)
+    cfg = LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a")
+    a = LeaderElector(cfg, a_lock, clock=h.clock)
+    b = LeaderElector(dataclasses.replace(cfg, identity="b"), b_lock, clock=h.clock)
+    # b reads the free Lease; a takes it before b writes.
+    assert b_lock.get(1) is not None
+    assert a.try_acquire_or_renew(10)
+
+    with pytest.raises(LockConflictError):
+        b_lock.update(held_by("b"), 1)
+    assert not b.try_acquire_or_renew(10)  # reads again and finds a holding it
+    assert h.server.record is not None
+    assert h.server.record.holder_identity == "a"
+    assert b.leader() == "a"
+
+
+def test_the_leader_renews_with_one_write_and_rereads_only_on_conflict(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    h.server.calls.clear()
+
+    assert a.try_acquire_or_renew(10)
+    assert h.server.calls == ["update"]
+
+    h.server.calls.clear()
+    assert h.server.record is not None
+    h.server._store(h.server.record)  # someone else wrote (a label, say): a new version
+    assert a.try_acquire_or_renew(10)
+    assert h.server.calls == ["update", "get", "update"]
+    assert a.is_leader()
+
+
+def test_a_leader_that_finds_another_holder_stops_being_leader(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    h.server.steal("thief")
+    assert not a.try_acquire_or_renew(10)
+    assert not a.is_leader()
+    assert a.leader() == "thief"
+
+
+def test_renewal_keeps_acquire_time_and_transition_count(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    first = h.server.record
+    h.clock.advance(2)
+    assert a.try_acquire_or_renew(10)
+    again = h.server.record
+    assert first is not None and again is not None
+    assert again.acquire_time == first.acquire_time
+    assert again.renew_time != first.renew_time
+    assert again.leader_transitions == first.leader_transitions
+
+
+# ---------------------------------------------------------------------------
+# Health
+
+
+def test_healthz_fails_only_for_a_leader_stuck_past_lease_plus_margin(h: Harness) -> None:
+    a, b = h.elector("a"), h.elector("b")
+    assert a.try_acquire_or_renew(10)
+    assert not b.try_acquire_or_renew(10)
+    a.check(20)
+
+    h.clock.advance(35)
+    a.check(20)  # exactly lease + margin: still tolerated
+    h.clock.advance(0.001)
+    with pytest.raises(LeaderElectionUnhealthy, match="failed election to renew leadership"):
+        a.check(20)
+    b.check(20)  # a standby is never unhealthy
+
+    assert a.try_acquire_or_renew(10)
+    a.check(20)
+
+
+# ---------------------------------------------------------------------------
+# run(): the loops
+
+
+class Recorder:
+    """Callbacks that write down what happened and when (on the fake clock)."""
+
+    def __init__(self, clock: SelfAdvancingClock) -> None:
+        self.clock = clock
+        self.events: list[tuple[str, float]] = []
+        self.leaders: list[str] = []
+        self.worker_saw_stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def _note(self, what: str) -> None:
+        with self._lock:
+            self.events.append((what, self.clock.mono))
+
+    def started(self, stop: threading.Event) -> None:
+        self._note("started")
+        stop.wait()
+        self.worker_saw_stop.set()
+
+    def stopped(self) -> None:
+        assert self.worker_saw_stop.is_set(), "workers must be told to stop before on_stopped_leading"
+        self._note("stopped")
+
+    def new_leader(self, identity: str) -> None:
+        self.leaders.append(identity)
+
+    def when(self, what: str) -> float:
+        return next(t for name, t in self.events if name == what)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.events]
+
+
+def run(elector: LeaderElector, rec: Recorder) -> ElectionOutcome:
+    return elector.run(rec.started, rec.stopped, rec.new_leader)
+
+
+def test_a_failing_api_stops_the_leader_before_the_lease_could_expire_elsewhere(
+    h: Harness,
+) -> None:
+    registry = CollectorRegistry()
+    cfg = LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a")
+    a = LeaderElector(cfg, FakeLock(h.server), clock=h.clock, rng=random.Random(1),
+                      metrics=LeaderElectionMetrics(registry))
+    rec = Recorder(h.clock)
+    outage = h.clock.mono + 7.0
+    h.clock.at(outage, lambda: setattr(h.server, "down", True))
+
+    assert run(a, rec) is ElectionOutcome.LOST
+
+    last_write = max(t for t, r in h.server.writes if r.holder_identity == "a")
+    assert last_write < outage
+    stopped = rec.when("stopped")
+    # Others may take over from last_write + lease_duration; we stopped by
+    # last_write + renew_deadline, leaving the whole stop budget.
+    assert stopped <= last_write + cfg.renew_deadline
+    assert stopped < last_write + cfg.lease_duration
+    assert rec.names() == ["started", "stopped"]
+    # A lost lease is not "released": nothing was written after the outage.
+    assert all(t < outage for t, _ in h.server.writes)
+    assert registry.get_sample_value("leader_election_master_status", {"name": "gpuclaimctl"}) == 0
+
+
+def test_renewals_happen_every_retry_period_while_leading(h: Harness) -> None:
+    a = h.elector("a")
+    rec = Recorder(h.clock)
+    start = h.clock.mono
+    h.clock.at(start + 9.0, a.cancel)
+    assert run(a, rec) is ElectionOutcome.CANCELLED
+    renewals = [t - start for t, r in h.server.writes if r.holder_identity == "a"]
+    assert renewals == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_a_stolen_lease_stops_the_leader_at_its_next_renewal(h: Harness) -> None:
+    a = h.elector("a")
+    rec = Recorder(h.clock)
+    stolen_at = h.clock.mono + 5.0
+    h.clock.at(stolen_at, lambda: h.server.steal("thief"))
+
+    assert run(a, rec) is ElectionOutcome.LOST
+    assert rec.when("stopped") <= stolen_at + a.config.retry_period
+    assert rec.leaders == ["a", "thief"]
+    assert h.server.record is not None and h.server.record.holder_identity == "thief"
+
+
+def test_cancel_stops_workers_then_releases_the_lease(h: Harness) -> None:
+    registry = CollectorRegistry()
+    cfg = LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a")
+    a = LeaderElector(cfg, FakeLock(h.server), clock=h.clock, metrics=LeaderElectionMetrics(registry))
+    rec = Recorder(h.clock)
+    gauge: list[float | None] = []
+    h.clock.at(h.clock.mono + 3.0, lambda: gauge.append(
+        registry.get_sample_value("leader_election_master_status", {"name": "gpuclaimctl"})))
+    h.clock.at(h.clock.mono + 5.0, a.cancel)
+
+    assert run(a, rec) is ElectionOutcome.CANCELLED
+
+    assert gauge == [1.0]
+    assert registry.get_sample_value("leader_election_master_status", {"name": "gpuclaimctl"}) == 0
+    assert rec.names() == ["started", "stopped"]
+    released_at, released = h.server.writes[-1]
+    assert (released.holder_identity, released.lease_duration_seconds) == ("", 1)
+    assert released_at >= rec.when("stopped")
+    assert not a.is_leader()
+
+
+def test_a_standby_takes_a_released_lease_at_its_next_retry(h: Harness) -> None:
+    a, b = h.elector("a"), h.elector("b")
+    assert a.try_acquire_or_renew(10)
+    assert not b.try_acquire_or_renew(10)
+    a._release()
+    h.clock.advance(2)
+    assert b.try_acquire_or_renew(10)
+
+
+def test_without_release_on_cancel_the_lease_is_left_to_expire(h: Harness) -> None:
+    a = h.elector("a", release_on_cancel=False)
+    rec = Recorder(h.clock)
+    h.clock.at(h.clock.mono + 3.0, a.cancel)
+    assert run(a, rec) is ElectionOutcome.CANCELLED
+    assert h.server.record is not None and h.server.record.holder_identity == "a"
+
+
+def test_cancel_before_leading_returns_without_calling_on_stopped_leading(h: Harness) -> None:
+    h.server._store(held_by("b"))
+    a = h.elector("a")
+    rec = Recorder(h.clock)
+    h.clock.at(h.clock.mono + 30.0, a.cancel)
+
+    def b_renews() -> None:
+        assert h.server.record is not None
+        h.server._store(dataclasses.replace(h.server.record, renew_time=str(h.clock.mono)))
+
+    # b keeps renewing, so a never gets the lease.
+    for t in range(2, 30, 2):
+        h.clock.at(h.clock.mono + t, b_renews)
+    assert run(a, rec) is ElectionOutcome.CANCELLED
+    assert rec.names() == []
+    assert rec.leaders == ["b"]
+    assert h.server.record is not None and h.server.record.holder_identity == "b"
+
+
+def test_a_standby_takes_over_once_the_holder_stops_renewing(h: Harness) -> None:
+    h.server._store(held_by("b"))
+    a = h.elector("a")
+    rec = Recorder(h.clock)
+    seen = h.clock.mono
+    acquired: list[float] = []
+    h.clock.at(seen + 40, a.cancel)
+
+    def started(stop: threading.Event) -> None:
+        acquired.append(h.clock.mono)
+
+    assert a.run(started, lambda: None, rec.new_leader) is ElectionOutcome.CANCELLED
+    assert rec.leaders == ["b", "a"]
+    # Not before the lease expired on our clock, and within one jittered retry after.
+    assert seen + 15 <= acquired[0] <= seen + 15 + a.config.retry_period * (1 + JITTER_FACTOR)
+
+
+def test_acquire_retries_are_jittered_between_one_and_2_2_retry_periods(h: Harness) -> None:
+    h.server._store(held_by("b"))
+    a = LeaderElector(
+        LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a", lease_duration=1000,
+                             renew_deadline=10, retry_period=2),
+        FakeLock(h.server), clock=h.clock, rng=random.Random(3),
+    )
+    h.clock.at(h.clock.mono + 200, a.cancel)
+    a.run(lambda stop: None, lambda: None)
+    waits = h.clock.waits[:-1]  # the last wait was cut short by cancel
+    assert len(waits) > 50
+    assert all(2.0 <= w <= 2.0 * (1 + JITTER_FACTOR) for w in waits)
+    assert max(waits) - min(waits) > 1.5  # actually jittered, not a fixed period
+
+
+def test_a_raising_worker_ends_leadership_and_releases(h: Harness) -> None:
+    a = h.elector("a")
+
+    def boom(stop: threading.Event) -> None:
+        raise RuntimeError("controller failed to start")
+
+    stopped: list[bool] = []
+    outcome = a.run(boom, lambda: stopped.append(True))
+    assert outcome is ElectionOutcome.WORKER_FAILED
+    assert stopped == [True]
+    assert h.server.record is not None and h.server.record.holder_identity == ""
+
+
+def test_run_is_single_use(h: Harness) -> None:
+    a = h.elector("a")
+    h.clock.at(h.clock.mono + 1, a.cancel)
+    a.run(lambda stop: None, lambda: None)
+    with pytest.raises(RuntimeError, match="only once"):
+        a.run(lambda stop: None, lambda: None)
