@@ -1,0 +1,196 @@
+"""Queue: the client-go guarantees, one test each."""
+
+from __future__ import annotations
+
+import threading
+
+from tests.helpers import wait_for
+from workqueue import Queue
+from workqueue.queue import GetResult
+
+
+def get_now(q: Queue[str]) -> GetResult[str]:
+    """``q.get()`` when an item is known to be queued; fails instead of blocking."""
+    assert q.len() > 0 or q.shutting_down(), "get would block"
+    return q.get()
+
+
+def test_items_are_handed_out_in_the_order_they_were_first_added() -> None:
+    q: Queue[str] = Queue()
+    for key in ["pod:ns/a", "pod:ns/b", "claim:ns/c"]:
+        q.add(key)
+
+    assert [get_now(q) for _ in range(3)] == [
+        ("pod:ns/a", False),
+        ("pod:ns/b", False),
+        ("claim:ns/c", False),
+    ]
+
+
+def test_an_item_added_while_it_waits_is_queued_once() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    q.add("b")
+    q.add("a")
+
+    assert q.len() == 2
+    assert get_now(q) == ("a", False)
+    assert get_now(q) == ("b", False)
+    assert q.len() == 0
+
+
+def test_an_item_being_processed_is_not_handed_to_another_worker() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    assert get_now(q) == ("a", False)
+
+    q.add("a")
+    q.add("b")
+
+    # "a" is in flight: the next worker gets "b", and nothing else is ready.
+    assert q.len() == 1
+    assert get_now(q) == ("b", False)
+    assert q.len() == 0
+
+
+def test_an_item_added_while_being_processed_is_handed_out_again_after_done() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    assert get_now(q) == ("a", False)
+    q.add("a")
+
+    q.done("a")
+
+    assert q.len() == 1
+    assert get_now(q) == ("a", False)
+    q.done("a")
+    assert q.len() == 0
+
+
+def test_an_item_not_added_again_is_not_handed_out_again_after_done() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    get_now(q)
+    q.done("a")
+
+    assert q.len() == 0
+    q.add("a")
+    assert get_now(q) == ("a", False)
+
+
+def test_get_blocks_until_an_item_is_added() -> None:
+    q: Queue[str] = Queue()
+    got: list[GetResult[str]] = []
+    getter = threading.Thread(target=lambda: got.append(q.get()))
+    getter.start()
+    wait_for(lambda: q._idle_getters == 1, timeout=5, message="the getter to block")
+    assert got == []
+
+    q.add("a")
+    getter.join(timeout=5)
+
+    assert got == [("a", False)]
+
+
+def test_after_shut_down_adds_are_ignored_and_get_drains_then_reports_shutdown() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    q.add("b")
+
+    q.shut_down()
+    q.add("c")
+
+    assert q.shutting_down()
+    assert get_now(q) == ("a", False)
+    assert get_now(q) == ("b", False)
+    assert q.get() == (None, True)
+    assert q.get() == (None, True)
+
+
+def test_shut_down_wakes_every_blocked_getter() -> None:
+    q: Queue[str] = Queue()
+    got: list[GetResult[str]] = []
+    getters = [threading.Thread(target=lambda: got.append(q.get())) for _ in range(3)]
+    for getter in getters:
+        getter.start()
+    wait_for(lambda: q._idle_getters == 3, timeout=5, message="three getters to block")
+
+    q.shut_down()
+    for getter in getters:
+        getter.join(timeout=5)
+
+    assert got == [(None, True)] * 3
+
+
+def test_an_item_added_again_while_processing_is_still_handed_out_after_shut_down() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    get_now(q)
+    q.add("a")
+    q.shut_down()
+
+    q.done("a")
+
+    assert get_now(q) == ("a", False)
+    q.done("a")
+    assert q.get() == (None, True)
+
+
+def test_shut_down_with_drain_waits_for_the_items_in_flight() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    q.add("b")
+    get_now(q)
+    get_now(q)
+    events: list[str] = []
+
+    def drain() -> None:
+        q.shut_down_with_drain()
+        events.append("drained")
+
+    drainer = threading.Thread(target=drain)
+    drainer.start()
+    wait_for(q.shutting_down, timeout=5, message="the drain to start")
+
+    events.append("done a")
+    q.done("a")
+    events.append("done b")
+    q.done("b")
+    drainer.join(timeout=5)
+
+    assert events == ["done a", "done b", "drained"]
+    assert q.get() == (None, True)
+
+
+def test_shut_down_with_drain_returns_at_once_when_nothing_is_in_flight() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+
+    q.shut_down_with_drain()
+
+    # Queued (not in flight) items are still drained by get.
+    assert get_now(q) == ("a", False)
+    assert q.get() == (None, True)
+
+
+def test_shut_down_ends_a_drain_that_is_waiting() -> None:
+    q: Queue[str] = Queue()
+    q.add("a")
+    get_now(q)
+    drainer = threading.Thread(target=q.shut_down_with_drain)
+    drainer.start()
+    wait_for(q.shutting_down, timeout=5, message="the drain to start")
+
+    q.shut_down()
+    drainer.join(timeout=5)
+
+    assert not drainer.is_alive()
+
+
+def test_a_queue_without_metrics_starts_no_thread() -> None:
+    before = threading.active_count()
+
+    q: Queue[str] = Queue("pods")
+
+    assert threading.active_count() == before
+    q.shut_down()
