@@ -1,0 +1,308 @@
+"""Which nodes a pod may run on, and pinning a gated pod to one.
+
+Mirrors the kube-scheduler filters a released pod must pass, so the
+controller does not pin a pod where the scheduler will refuse it:
+`nodeSelector`, required node affinity (k8s.io/component-helpers
+`nodeaffinity`: terms ORed, requirements within a term ANDed, an empty term
+or one that does not parse matches nothing) and NoSchedule/NoExecute taints
+against tolerations (`v1helper.TolerationsTolerateTaint`). Validation of
+the pod is the API server's job; here a malformed requirement simply
+matches no node, as upstream's lazy-error selector does.
+
+`pin_to_node` builds the node affinity a release writes (DESIGN.md §3).
+
+Pure: no client, no clock, no globals. Inputs are raw API dicts (camelCase).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpuclaimctl.api import NODE_NAME_FIELD
+
+# Taints the node lifecycle controller sets to mirror a node's readiness and
+# cordon. Placement checks Ready and spec.unschedulable itself (and keeps a
+# cordoned node for an onCordon Stay set), so these would only double-count
+# those checks and turn "not Ready" or "cordoned" into a misleading
+# NodeAffinity. A lingering one on a node that is Ready again goes within
+# seconds, and the scheduler retries the pinned pod when it does.
+NODE_STATE_TAINTS = frozenset(
+    {
+        "node.kubernetes.io/unschedulable",
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
+)
+
+# The effects that keep a new pod off a node; PreferNoSchedule only scores.
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+# strconv.ParseInt(s, 10, 64): optional sign, decimal digits, nothing else.
+_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> Taint:
+        return cls(key=raw.get("key", ""), effect=raw.get("effect", ""), value=raw.get("value") or "")
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> Toleration:
+        return cls(
+            key=raw.get("key") or "",
+            operator=raw.get("operator") or "Equal",
+            value=raw.get("value") or "",
+            effect=raw.get("effect") or "",
+        )
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Toleration.ToleratesTaint: an empty effect matches every effect,
+        an empty key every key (the API server allows that only with
+        Exists); Equal compares values; any other operator tolerates
+        nothing."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if self.operator in ("Equal", ""):
+            return self.value == taint.value
+        return False
+
+
+def untolerated_taint(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint no toleration tolerates, or None.
+    NODE_STATE_TAINTS are left to placement's own checks."""
+    tols = tuple(tolerations)
+    for taint in taints:
+        if taint.effect not in BLOCKING_EFFECTS or taint.key in NODE_STATE_TAINTS:
+            continue
+        if not any(t.tolerates(taint) for t in tols):
+            return taint
+    return None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One NodeSelectorRequirement; `valid` False makes its term match nothing."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> Requirement:
+        return cls(
+            key=raw.get("key", ""),
+            operator=raw.get("operator", ""),
+            values=tuple(raw.get("values") or ()),
+        )
+
+    @property
+    def valid_for_labels(self) -> bool:
+        op, n = self.operator, len(self.values)
+        if op in ("In", "NotIn"):
+            return n > 0
+        if op in ("Exists", "DoesNotExist"):
+            return n == 0
+        if op in ("Gt", "Lt"):
+            return n == 1 and _parse_int64(self.values[0]) is not None
+        return False
+
+    @property
+    def valid_for_fields(self) -> bool:
+        return self.operator in ("In", "NotIn") and len(self.values) == 1
+
+    def matches_labels(self, labels: Mapping[str, str]) -> bool:
+        op = self.operator
+        if op == "In":
+            return self.key in labels and labels[self.key] in self.values
+        if op == "NotIn":
+            return self.key not in labels or labels[self.key] not in self.values
+        if op == "Exists":
+            return self.key in labels
+        if op == "DoesNotExist":
+            return self.key not in labels
+        # Gt/Lt: the label must exist and parse as an int64, or no match.
+        have = _parse_int64(labels[self.key]) if self.key in labels else None
+        want = _parse_int64(self.values[0])
+        if have is None or want is None:
+            return False
+        return have > want if op == "Gt" else have < want
+
+    def matches_fields(self, node_name: str) -> bool:
+        # The node's only selectable field is metadata.name; another key
+        # reads as "" (fields.Set semantics), which the API server never
+        # lets through anyway.
+        actual = node_name if self.key == NODE_NAME_FIELD else ""
+        if self.operator == "In":
+            return actual == self.values[0]
+        return actual != self.values[0]
+
+
+@dataclass(frozen=True)
+class Term:
+    """A NodeSelectorTerm: all its requirements must hold."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+    # False for an empty term or one with a malformed requirement.
+    usable: bool = True
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> Term:
+        exprs = tuple(Requirement.from_api(r) for r in raw.get("matchExpressions") or ())
+        fields = tuple(Requirement.from_api(r) for r in raw.get("matchFields") or ())
+        usable = bool(exprs or fields) and all(r.valid_for_labels for r in exprs) and all(
+            r.valid_for_fields for r in fields
+        )
+        return cls(exprs, fields, usable)
+
+    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        if not self.usable:
+            return False
+        return all(r.matches_labels(labels) for r in self.match_expressions) and all(
+            r.matches_fields(node_name) for r in self.match_fields
+        )
+
+
+@dataclass(frozen=True)
+class NodeSelector:
+    """requiredDuringSchedulingIgnoredDuringExecution: any term may match.
+    No terms at all matches nothing (the API server refuses that shape)."""
+
+    terms: tuple[Term, ...]
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> NodeSelector:
+        return cls(tuple(Term.from_api(t) for t in raw.get("nodeSelectorTerms") or ()))
+
+    def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
+        return any(t.matches(node_name, labels) for t in self.terms)
+
+
+class Mismatch(StrEnum):
+    """The first of the pod's rules a node fails, for waiting messages."""
+
+    NODE_SELECTOR = "nodeSelector"
+    NODE_AFFINITY = "required node affinity"
+    TAINT = "untolerated taint"
+
+
+@dataclass(frozen=True)
+class PodNodeRules:
+    """A pod's constraints on its node, read once per sync and checked
+    against many nodes."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    required: NodeSelector | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    # Precomputed: nothing but taints can exclude a node.
+    _labels_free: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_labels_free", not self.node_selector and self.required is None)
+
+    @classmethod
+    def from_pod_spec(cls, spec: Mapping[str, Any]) -> PodNodeRules:
+        selector = tuple(sorted((spec.get("nodeSelector") or {}).items()))
+        node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        raw_required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+        required = NodeSelector.from_api(raw_required) if raw_required is not None else None
+        tolerations = tuple(Toleration.from_api(t) for t in spec.get("tolerations") or ())
+        return cls(node_selector=selector, required=required, tolerations=tolerations)
+
+    def mismatch(self, node_name: str, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> Mismatch | None:
+        """The first rule `node` breaks, or None if the pod may run there."""
+        if not self._labels_free:
+            for key, value in self.node_selector:
+                if labels.get(key) != value:
+                    return Mismatch.NODE_SELECTOR
+            if self.required is not None and not self.required.matches(node_name, labels):
+                return Mismatch.NODE_AFFINITY
+        if taints and untolerated_taint(self.tolerations, taints) is not None:
+            return Mismatch.TAINT
+        return None
+
+    def admits(self, node_name: str, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> bool:
+        return self.mismatch(node_name, labels, taints) is None
+
+
+def pin_to_node(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
+    """The pod's `spec.affinity` after pinning it to `node`.
+
+    Appends `matchFields metadata.name In [node]` to every non-empty required
+    term, or adds the one term when there are none: the API server lets a
+    gated pod's required node affinity only narrow, and appending to each
+    term narrows the OR of the terms to `node`. An empty term matches no
+    node and cannot gain requirements, so it is left as is. Idempotent: a
+    term already ending with this pin is not pinned twice. The input is not
+    modified.
+    """
+    out: dict[str, Any] = copy.deepcopy(dict(affinity)) if affinity else {}
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    node_affinity = out.setdefault("nodeAffinity", {})
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = (required or {}).get("nodeSelectorTerms") or []
+    if not terms:
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [{"matchFields": [pin]}]
+        }
+        return out
+    for term in terms:
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            continue
+        fields = term.setdefault("matchFields", [])
+        if fields and fields[-1] == pin:
+            continue
+        fields.append(dict(pin, values=[node]))
+    return out
+
+
+def pinned_node(affinity: Mapping[str, Any] | None) -> str | None:
+    """The node pin_to_node pinned to, or None: the last matchFields entry of
+    the first non-empty required term, when it is `metadata.name In [one]`.
+    A pod's own metadata.name requirements come before the pin."""
+    node_affinity = (affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in required.get("nodeSelectorTerms") or ():
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            continue
+        fields: list[Mapping[str, Any]] = term.get("matchFields") or []
+        if fields:
+            last = fields[-1]
+            values: list[Any] = last.get("values") or []
+            if last.get("key") == NODE_NAME_FIELD and last.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+        return None
+    return None
+
+
+def _parse_int64(text: str) -> int | None:
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None

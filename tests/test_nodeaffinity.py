@@ -1,0 +1,240 @@
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpuclaimctl.nodeaffinity import (
+    Mismatch,
+    NodeSelector,
+    PodNodeRules,
+    Taint,
+    Toleration,
+    pin_to_node,
+    pinned_node,
+    untolerated_taint,
+)
+
+LABELS = {"zone": "a", "gpu": "a100", "gen": "8", "neg": "-3"}
+
+
+def expr(key: str, op: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": op, "values": list(values)}
+
+
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeSelectorTerms": list(terms)}
+
+
+@pytest.mark.parametrize(
+    "requirement, matches",
+    [
+        pytest.param(expr("zone", "In", "a", "b"), True, id="In-hit"),
+        pytest.param(expr("zone", "In", "b"), False, id="In-miss"),
+        pytest.param(expr("rack", "In", "a"), False, id="In-label-absent"),
+        pytest.param(expr("zone", "NotIn", "b"), True, id="NotIn-hit"),
+        pytest.param(expr("zone", "NotIn", "a"), False, id="NotIn-miss"),
+        pytest.param(expr("rack", "NotIn", "a"), True, id="NotIn-label-absent-matches"),
+        pytest.param(expr("gpu", "Exists"), True, id="Exists"),
+        pytest.param(expr("rack", "Exists"), False, id="Exists-absent"),
+        pytest.param(expr("rack", "DoesNotExist"), True, id="DoesNotExist"),
+        pytest.param(expr("gpu", "DoesNotExist"), False, id="DoesNotExist-present"),
+        pytest.param(expr("gen", "Gt", "7"), True, id="Gt"),
+        pytest.param(expr("gen", "Gt", "8"), False, id="Gt-equal-is-not-greater"),
+        pytest.param(expr("gen", "Lt", "9"), True, id="Lt"),
+        pytest.param(expr("gen", "Lt", "8"), False, id="Lt-equal-is-not-less"),
+        pytest.param(expr("neg", "Lt", "-2"), True, id="Lt-negative"),
+        pytest.param(expr("gpu", "Gt", "1"), False, id="Gt-label-not-a-number"),
+        pytest.param(expr("rack", "Gt", "1"), False, id="Gt-label-absent"),
+        pytest.param(expr("gen", "Gt", "x"), False, id="Gt-value-not-a-number"),
+        pytest.param(expr("gen", "Gt", "1", "2"), False, id="Gt-two-values-invalid"),
+        pytest.param(expr("gen", "Gt", "9223372036854775808"), False, id="Gt-value-beyond-int64"),
+        pytest.param(expr("zone", "In"), False, id="In-without-values-invalid"),
+        pytest.param(expr("zone", "Exists", "a"), False, id="Exists-with-values-invalid"),
+        pytest.param(expr("zone", "Like", "a"), False, id="unknown-operator"),
+    ],
+)
+def test_match_expressions_operators(requirement: dict[str, Any], matches: bool) -> None:
+    selector = NodeSelector.from_api(required({"matchExpressions": [requirement]}))
+    assert selector.matches("node-1", LABELS) is matches
+
+
+@pytest.mark.parametrize(
+    "fields, matches",
+    [
+        pytest.param([expr("metadata.name", "In", "node-1")], True, id="In-name"),
+        pytest.param([expr("metadata.name", "In", "node-2")], False, id="In-other-name"),
+        pytest.param([expr("metadata.name", "NotIn", "node-2")], True, id="NotIn-other-name"),
+        pytest.param([expr("metadata.name", "NotIn", "node-1")], False, id="NotIn-name"),
+        pytest.param([expr("metadata.name", "In", "node-1", "node-2")], False, id="In-two-values-invalid"),
+        pytest.param([expr("metadata.name", "Exists")], False, id="Exists-invalid-for-fields"),
+        pytest.param([expr("metadata.uid", "In", "node-1")], False, id="unknown-field"),
+    ],
+)
+def test_match_fields_on_the_node_name(fields: list[dict[str, Any]], matches: bool) -> None:
+    selector = NodeSelector.from_api(required({"matchFields": fields}))
+    assert selector.matches("node-1", LABELS) is matches
+
+
+def test_requirements_in_a_term_are_anded_and_terms_are_ored() -> None:
+    both = {"matchExpressions": [expr("zone", "In", "a")], "matchFields": [expr("metadata.name", "In", "node-1")]}
+    assert NodeSelector.from_api(required(both)).matches("node-1", LABELS)
+    assert not NodeSelector.from_api(required(both)).matches("node-2", LABELS)
+    either = required({"matchExpressions": [expr("zone", "In", "x")]}, {"matchExpressions": [expr("gpu", "Exists")]})
+    assert NodeSelector.from_api(either).matches("node-1", LABELS)
+
+
+def test_an_empty_term_matches_nothing_but_another_term_still_can() -> None:
+    assert not NodeSelector.from_api(required({})).matches("node-1", LABELS)
+    assert NodeSelector.from_api(required({}, {"matchExpressions": [expr("gpu", "Exists")]})).matches("node-1", LABELS)
+
+
+def test_a_malformed_term_matches_nothing_but_another_term_still_can() -> None:
+    bad = {"matchExpressions": [expr("zone", "In")]}
+    good = {"matchExpressions": [expr("zone", "In", "a")]}
+    assert not NodeSelector.from_api(required(bad)).matches("node-1", LABELS)
+    assert NodeSelector.from_api(required(bad, good)).matches("node-1", LABELS)
+
+
+def test_no_terms_matches_nothing() -> None:
+    assert not NodeSelector.from_api(required()).matches("node-1", LABELS)
+
+
+@pytest.mark.parametrize(
+    "toleration, taint, tolerated",
+    [
+        pytest.param(Toleration("gpu", "Equal", "x", "NoSchedule"), Taint("gpu", "NoSchedule", "x"), True, id="equal-all"),
+        pytest.param(Toleration("gpu", "Equal", "y", "NoSchedule"), Taint("gpu", "NoSchedule", "x"), False, id="equal-other-value"),
+        pytest.param(Toleration("gpu", "", "x", ""), Taint("gpu", "NoExecute", "x"), True, id="empty-operator-is-equal"),
+        pytest.param(Toleration("gpu", "Exists", "", ""), Taint("gpu", "NoSchedule", "x"), True, id="exists-any-value"),
+        pytest.param(Toleration("gpu", "Exists", "", "NoExecute"), Taint("gpu", "NoSchedule"), False, id="exists-other-effect"),
+        pytest.param(Toleration("", "Exists", "", ""), Taint("anything", "NoExecute", "v"), True, id="empty-key-exists-tolerates-all"),
+        pytest.param(Toleration("", "Exists", "", "NoSchedule"), Taint("anything", "NoExecute"), False, id="empty-key-one-effect"),
+        pytest.param(Toleration("other", "Exists"), Taint("gpu", "NoSchedule"), False, id="other-key"),
+        pytest.param(Toleration("gpu", "Equal", "", ""), Taint("gpu", "NoSchedule", ""), True, id="equal-empty-values"),
+        pytest.param(Toleration("gpu", "Gt", "1"), Taint("gpu", "NoSchedule", "2"), False, id="unknown-operator"),
+    ],
+)
+def test_toleration_semantics(toleration: Toleration, taint: Taint, tolerated: bool) -> None:
+    assert toleration.tolerates(taint) is tolerated
+
+
+def test_prefer_no_schedule_taints_never_block() -> None:
+    assert untolerated_taint([], [Taint("soft", "PreferNoSchedule")]) is None
+
+
+def test_node_state_taints_are_left_to_readiness_and_cordon_checks() -> None:
+    taints = [
+        Taint("node.kubernetes.io/unschedulable", "NoSchedule"),
+        Taint("node.kubernetes.io/not-ready", "NoExecute"),
+        Taint("node.kubernetes.io/unreachable", "NoSchedule"),
+    ]
+    assert untolerated_taint([], taints) is None
+
+
+def test_the_first_untolerated_blocking_taint_is_reported() -> None:
+    taints = [Taint("a", "NoSchedule"), Taint("b", "NoExecute", "1")]
+    assert untolerated_taint([Toleration("a", "Exists")], taints) == Taint("b", "NoExecute", "1")
+    assert str(Taint("b", "NoExecute", "1")) == "b=1:NoExecute"
+
+
+def pod_spec(**spec: Any) -> dict[str, Any]:
+    return spec
+
+
+@pytest.mark.parametrize(
+    "spec, taints, expected",
+    [
+        pytest.param(pod_spec(), (), None, id="unconstrained"),
+        pytest.param(pod_spec(nodeSelector={"zone": "a"}), (), None, id="nodeSelector-match"),
+        pytest.param(pod_spec(nodeSelector={"zone": "b"}), (), Mismatch.NODE_SELECTOR, id="nodeSelector-other-value"),
+        pytest.param(pod_spec(nodeSelector={"rack": "1"}), (), Mismatch.NODE_SELECTOR, id="nodeSelector-absent-label"),
+        pytest.param(
+            pod_spec(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required(
+                {"matchExpressions": [expr("zone", "NotIn", "a")]})}}),
+            (), Mismatch.NODE_AFFINITY, id="affinity",
+        ),
+        pytest.param(
+            pod_spec(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [expr("zone", "In", "z")]}}]}}),
+            (), None, id="preferred-affinity-ignored",
+        ),
+        pytest.param(pod_spec(), (Taint("gpu", "NoSchedule"),), Mismatch.TAINT, id="untolerated-taint"),
+        pytest.param(
+            pod_spec(tolerations=[{"key": "gpu", "operator": "Exists"}]),
+            (Taint("gpu", "NoSchedule"),), None, id="tolerated-taint",
+        ),
+        pytest.param(
+            pod_spec(nodeSelector={"zone": "b"}, tolerations=[]),
+            (Taint("gpu", "NoSchedule"),), Mismatch.NODE_SELECTOR, id="selector-reported-before-taint",
+        ),
+    ],
+)
+def test_pod_rules_report_the_first_rule_a_node_breaks(
+    spec: dict[str, Any], taints: tuple[Taint, ...], expected: Mismatch | None
+) -> None:
+    rules = PodNodeRules.from_pod_spec(spec)
+    assert rules.mismatch("node-1", LABELS, taints) is expected
+    assert rules.admits("node-1", LABELS, taints) is (expected is None)
+
+
+PIN = {"key": "metadata.name", "operator": "In", "values": ["node-7"]}
+
+
+def test_pin_adds_one_term_when_the_pod_has_no_required_affinity() -> None:
+    affinities: list[dict[str, Any] | None] = [
+        None, {}, {"nodeAffinity": {}}, {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": None}}]
+    for affinity in affinities:
+        out = pin_to_node(affinity, "node-7")
+        assert out["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [{"matchFields": [PIN]}]
+        }
+        assert pinned_node(out) == "node-7"
+
+
+def test_pin_appends_to_every_non_empty_term_and_keeps_everything_else() -> None:
+    affinity = {
+        "podAntiAffinity": {"x": 1},
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}],
+            "requiredDuringSchedulingIgnoredDuringExecution": required(
+                {"matchExpressions": [expr("zone", "In", "a")]},
+                {},
+                {"matchFields": [expr("metadata.name", "NotIn", "node-3")]},
+            ),
+        },
+    }
+    before = copy.deepcopy(affinity)
+    out = pin_to_node(affinity, "node-7")
+    assert affinity == before, "the input is not modified"
+    terms = out["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [expr("zone", "In", "a")], "matchFields": [PIN]},
+        {},
+        {"matchFields": [expr("metadata.name", "NotIn", "node-3"), PIN]},
+    ]
+    assert out["podAntiAffinity"] == {"x": 1}
+    assert out["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [{"weight": 1}]
+    assert pinned_node(out) == "node-7"
+
+
+def test_pinned_affinity_matches_only_the_pinned_node() -> None:
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required(
+        {"matchExpressions": [expr("zone", "In", "a")]}, {"matchExpressions": [expr("gpu", "Exists")]})}}
+    rules = PodNodeRules.from_pod_spec({"affinity": pin_to_node(affinity, "node-7")})
+    assert rules.admits("node-7", LABELS, ())
+    assert not rules.admits("node-8", LABELS, ())
+
+
+def test_pin_is_idempotent() -> None:
+    once = pin_to_node(None, "node-7")
+    assert pin_to_node(once, "node-7") == once
+
+
+def test_pinned_node_ignores_a_pods_own_name_requirements() -> None:
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required(
+        {"matchFields": [expr("metadata.name", "NotIn", "node-3")]})}}
+    assert pinned_node(own) is None
+    assert pinned_node(None) is None
+    assert pinned_node(pin_to_node(own, "node-9")) == "node-9"
