@@ -1,0 +1,275 @@
+"""The controller's HTTP endpoints: ``/metrics``, ``/healthz`` and ``/readyz``.
+
+``/metrics`` serves the Prometheus exposition of an injected registry.
+``/healthz`` (liveness: restart me) and ``/readyz`` (readiness: route to me)
+each run their own named checks; a check is a callable that returns when
+healthy and raises when not, and must be quick, since a probe waits for it.
+The answers follow kube-apiserver's: 200 ``ok``, or 500 listing every check
+as ``[+]name ok`` / ``[-]name failed: reason``; ``?verbose`` lists them on
+success too, and ``/healthz/<name>`` runs one check.
+
+Metrics and probes may listen on different addresses or share one; an
+address of ``"0"`` turns that listener off. Nothing listens until
+``start()``, and ``stop()`` closes the sockets and joins the threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import http.server
+import socket
+import threading
+import urllib.parse
+from collections.abc import Callable, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+from gpuclaimctl.logs import get_logger
+
+_log = get_logger(__name__)
+
+DISABLED = "0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A named probe check: ``run()`` returns when healthy, raises when not."""
+
+    name: str
+    run: Callable[[], None]
+
+
+def parse_bind_address(address: str) -> tuple[str, int] | None:
+    """``"host:port"`` to a socket address; None for ``"0"`` (disabled).
+
+    Accepts ``":8080"`` (every interface), ``"127.0.0.1:0"`` (a free port),
+    ``"[::1]:8080"`` and ``"localhost:8080"``; raises ValueError otherwise.
+    """
+    text = address.strip()
+    if text == DISABLED:
+        return None
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"bind address {address!r} must be host:port, :port or 0 to disable")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"bind address {address!r}: write an IPv6 host in brackets, [::1]:8080")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"bind address {address!r} has no valid port") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"bind address {address!r}: port must be 0-65535")
+    return host, port
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    # Set before construction by _bind; each listener knows what it serves.
+    endpoints: EndpointServer
+    paths: frozenset[str]
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:
+        self._serve(head=True)
+
+    def _serve(self, *, head: bool) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+        path = url.path.rstrip("/") or "/"
+        top, _, check_name = path.lstrip("/").partition("/")
+        endpoint = "/" + top
+        if endpoint not in self.server.paths:
+            self._reply(404, "text/plain; charset=utf-8", b"404 page not found\n", head)
+            return
+        if endpoint == "/metrics" and not check_name:
+            self._metrics(head)
+            return
+        if endpoint in ("/healthz", "/readyz"):
+            status, body = self.server.endpoints.probe(endpoint, check_name or None, "verbose" in query)
+            self._reply(status, "text/plain; charset=utf-8", body.encode(), head)
+            return
+        self._reply(404, "text/plain; charset=utf-8", b"404 page not found\n", head)
+
+    def _metrics(self, head: bool) -> None:
+        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+        data = encoder(self.server.endpoints.registry)
+        extra: dict[str, str] = {}
+        if gzip_accepted(self.headers.get("Accept-Encoding", "")):
+            data = gzip.compress(data)
+            extra["Content-Encoding"] = "gzip"
+        self._reply(200, content_type, data, head, extra)
+
+    def _reply(
+        self,
+        status: int,
+        content_type: str,
+        body: bytes,
+        head: bool,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the prober gave up; nothing to tell it
+
+    def log_message(self, format: str, *args: object) -> None:
+        _log.v(6).info("http request", extra={"client": self.client_address[0], "line": format % args})
+
+
+class EndpointServer:
+    """The metrics and probe listeners of one process."""
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry,
+        metrics_address: str = DISABLED,
+        health_address: str = DISABLED,
+        healthz: Sequence[Check] = (),
+        readyz: Sequence[Check] = (),
+    ) -> None:
+        self.registry = registry
+        # Parsed now so a bad flag is refused before anything starts.
+        self._metrics_bind = parse_bind_address(metrics_address)
+        self._health_bind = parse_bind_address(health_address)
+        self._same = (
+            self._metrics_bind is not None
+            and metrics_address.strip() == health_address.strip()
+        )
+        self._guard = threading.Lock()
+        self._checks: dict[str, list[Check]] = {"/healthz": list(healthz), "/readyz": list(readyz)}
+        self._servers: dict[str, _Server] = {}
+        self._threads: list[threading.Thread] = []
+
+    def add_healthz_check(self, check: Check) -> None:
+        with self._guard:
+            self._checks["/healthz"].append(check)
+
+    def add_readyz_check(self, check: Check) -> None:
+        with self._guard:
+            self._checks["/readyz"].append(check)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind every enabled listener and serve in background threads.
+
+        Raises OSError (address in use, say) with nothing left listening.
+        """
+        plan: list[tuple[str, tuple[str, int], frozenset[str]]] = []
+        if self._same and self._metrics_bind is not None:
+            plan.append(("metrics", self._metrics_bind, frozenset({"/metrics", "/healthz", "/readyz"})))
+        else:
+            if self._metrics_bind is not None:
+                plan.append(("metrics", self._metrics_bind, frozenset({"/metrics"})))
+            if self._health_bind is not None:
+                plan.append(("health", self._health_bind, frozenset({"/healthz", "/readyz"})))
+        try:
+            for role, address, paths in plan:
+                self._servers[role] = self._bind(address, paths)
+        except OSError:
+            self._close_all()
+            raise
+        for role, server in self._servers.items():
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.1},
+                name=f"http-{role}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+            host, port = server.socket.getsockname()[:2]
+            _log.info("serving", extra={"endpoint": role, "address": f"{host}:{port}"})
+
+    def stop(self) -> None:
+        """Stop serving, close the sockets and join the threads; idempotent."""
+        for server in self._servers.values():
+            server.shutdown()
+        for thread in self._threads:
+            thread.join()
+        self._close_all()
+        self._threads.clear()
+
+    def _bind(self, address: tuple[str, int], paths: frozenset[str]) -> _Server:
+        host, port = address
+        cls = _Server6 if ":" in host else _Server
+        server = cls((host, port), _Handler, bind_and_activate=False)
+        server.endpoints = self
+        server.paths = paths
+        try:
+            server.server_bind()
+            server.server_activate()
+        except OSError:
+            server.server_close()
+            raise
+        return server
+
+    def _close_all(self) -> None:
+        for server in self._servers.values():
+            server.server_close()
+        self._servers.clear()
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics listens on (after start), or None when disabled."""
+        server = self._servers.get("metrics")
+        return int(server.server_address[1]) if server else None
+
+    @property
+    def health_port(self) -> int | None:
+        """The port the probes listen on (after start), or None when disabled."""
+        server = self._servers.get("health") or (self._servers.get("metrics") if self._same else None)
+        return int(server.server_address[1]) if server else None
+
+    # -- probes ------------------------------------------------------------------
+
+    def probe(self, endpoint: str, only: str | None, verbose: bool) -> tuple[int, str]:
+        """Run the checks of ``/healthz`` or ``/readyz``; (HTTP status, body)."""
+        with self._guard:
+            checks = [Check("ping", lambda: None), *self._checks[endpoint]]
+        if only is not None:
+            checks = [c for c in checks if c.name == only]
+            if not checks:
+                return 404, f"no check named {only!r} in {endpoint}\n"
+        lines: list[str] = []
+        failed: list[str] = []
+        for check in checks:
+            try:
+                check.run()
+            except Exception as e:
+                reason = " ".join(str(e).split()) or type(e).__name__
+                lines.append(f"[-]{check.name} failed: {reason}")
+                failed.append(check.name)
+            else:
+                lines.append(f"[+]{check.name} ok")
+        what = endpoint.lstrip("/")
+        if failed:
+            _log.info(f"{what} check failed", extra={"checks": ",".join(failed)})
+            return 500, "\n".join(lines) + f"\n{what} check failed\n"
+        if verbose:
+            return 200, "\n".join(lines) + f"\n{what} check passed\n"
+        return 200, "ok"
