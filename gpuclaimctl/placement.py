@@ -1,0 +1,897 @@
+"""Where a pod's whole set of GPU claims goes (DESIGN.md §4): THE decision.
+
+`decide` takes a plain snapshot — the pod, its claims, the nodes and classes
+(`Cluster`), the GPUs already in use per node (`Usage`) and `now` — and
+returns `Placed` (one node and what to do with each claim) or `Waiting`
+(a reason from `WaitReason`, a message a person can act on, and each
+claim's own reason).
+
+Pure: no client, no clock (`now` is passed in), no globals; nothing here
+writes or reads the API. `Cluster` memoises per-class node indexes, which
+is invisible to callers except in speed.
+
+Rules, in the order they are applied:
+1. Every entry must resolve to a live claim not used by another pod, of a
+   class that exists and is not being deleted (ClaimMissing, NameTaken,
+   ClaimInUse, ClassNotFound, ClassDeleting).
+2. Claims already Bound keep the set on their node ("anchor"), so a Retain
+   claim brings its next pod back. An anchor on a cordoned node whose
+   claims' class says onCordon Stay holds the set there; one with Move, or
+   one the pod cannot use any more (rejected, affinity, class selector), or
+   a node that is gone, lets its claims move with the set. A NotReady
+   anchor makes the set wait: its claim becomes Lost after a grace period
+   (the claim sync decides) and is then placed again like a new one.
+3. Otherwise every node offering all the set's classes is a candidate. It
+   must be Ready, not cordoned, not rejected for the set, admit the pod
+   (nodeSelector, required affinity, taints) and have enough free GPUs per
+   resource for the claims not already on it. Among those, binpack picks
+   the most allocated node afterwards (upstream MostAllocated), spread the
+   least; then fewer (binpack) or more (spread) GPUs left free; then name.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+import re
+import threading
+
+from gpuclaimctl.api import (
+    DEFAULT_RESOURCE_NAME,
+    OnCordon,
+    Phase,
+    ReclaimPolicy,
+    Strategy,
+    WaitReason,
+)
+from gpuclaimctl.nodeaffinity import (
+    BLOCKING_EFFECTS,
+    NODE_STATE_TAINTS,
+    Mismatch,
+    PodNodeRules,
+    Taint,
+    untolerated_taint,
+)
+
+# resource name -> node name -> GPUs in use (bound claims, pods without
+# claims, in-flight placements). A node missing from a map uses none.
+Usage = Mapping[str, Mapping[str, int]]
+
+_NO_USE: Mapping[str, int] = {}
+
+
+# --- snapshot ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+    allocatable: Mapping[str, int] = field(default_factory=dict)
+    # The taints that can keep a pod off: NoSchedule/NoExecute, minus
+    # NODE_STATE_TAINTS, which Ready and cordon checks stand for.
+    blocking_taints: tuple[Taint, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        blocking = tuple(
+            t for t in self.taints if t.effect in BLOCKING_EFFECTS and t.key not in NODE_STATE_TAINTS
+        )
+        object.__setattr__(self, "blocking_taints", blocking)
+
+    @classmethod
+    def from_api(cls, node: Mapping[str, Any]) -> NodeInfo:
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        allocatable: dict[str, int] = {}
+        for key, value in (status.get("allocatable") or {}).items():
+            parsed = parse_quantity(value)
+            if parsed is not None:
+                allocatable[key] = parsed
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
+        )
+        return cls(
+            name=meta.get("name", ""),
+            labels=dict(meta.get("labels") or {}),
+            taints=tuple(Taint.from_api(t) for t in spec.get("taints") or ()),
+            ready=ready,
+            unschedulable=bool(spec.get("unschedulable")),
+            allocatable=allocatable,
+        )
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    name: str
+    resource_name: str = DEFAULT_RESOURCE_NAME
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    on_cordon: OnCordon = OnCordon.MOVE
+    deleting: bool = False
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> ClassInfo:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        try:
+            on_cordon = OnCordon(spec.get("onCordon") or OnCordon.MOVE)
+        except ValueError:
+            on_cordon = OnCordon.MOVE  # the CRD enum refuses others
+        return cls(
+            name=meta.get("name", ""),
+            resource_name=spec.get("resourceName") or DEFAULT_RESOURCE_NAME,
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            on_cordon=on_cordon,
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+    def selects(self, node: NodeInfo) -> bool:
+        labels = node.labels
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+    def offered_by(self, node: NodeInfo) -> bool:
+        return node.allocatable.get(self.resource_name, 0) > 0 and self.selects(node)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A node that refused the set's pod; skipped for the set until `until`."""
+
+    node_name: str
+    until: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """A claim of the set as the informer shows it. A claim with an in-flight
+    placement should be passed as Bound on that node: as far as anyone can
+    tell, it is (see inflight.InFlightPlacements)."""
+
+    name: str
+    uid: str
+    class_name: str
+    count: int
+    phase: Phase = Phase.PENDING
+    node_name: str = ""
+    reclaim_policy: ReclaimPolicy = ReclaimPolicy.RELEASE
+    reserved_for: tuple[PodRef, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+    deleting: bool = False
+
+    @property
+    def bound(self) -> bool:
+        return self.phase is Phase.BOUND and bool(self.node_name)
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> ClaimState:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        try:
+            phase = Phase(status.get("phase") or Phase.PENDING)
+        except ValueError:
+            phase = Phase.PENDING
+        try:
+            policy = ReclaimPolicy(spec.get("reclaimPolicy") or ReclaimPolicy.RELEASE)
+        except ValueError:
+            policy = ReclaimPolicy.RELEASE
+        rejected = []
+        for r in status.get("rejectedNodes") or ():
+            until = parse_time(r.get("until"))
+            if r.get("nodeName") and until is not None:
+                rejected.append(Rejection(r["nodeName"], until, r.get("reason") or ""))
+        return cls(
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            class_name=spec.get("className", ""),
+            count=int(spec.get("count") or 0),
+            phase=phase,
+            node_name=status.get("nodeName") or "",
+            reclaim_policy=policy,
+            reserved_for=tuple(
+                PodRef(p.get("name", ""), p.get("uid", "")) for p in status.get("reservedFor") or ()
+            ),
+            rejected=tuple(rejected),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+@dataclass(frozen=True)
+class UnresolvedClaim:
+    """An entry whose claim the caller could not use: reason is ClaimMissing,
+    NameTaken or ClaimInUse, message says which claim and why."""
+
+    name: str
+    reason: WaitReason
+    message: str
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    created: datetime
+    rules: PodNodeRules = PodNodeRules()
+
+    @classmethod
+    def from_api(cls, pod: Mapping[str, Any]) -> PodInfo:
+        meta = pod.get("metadata") or {}
+        created = parse_time(meta.get("creationTimestamp"))
+        if created is None:
+            raise ValueError(f"pod {meta.get('name')!r} has no creationTimestamp")
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            created=created,
+            rules=PodNodeRules.from_pod_spec(pod.get("spec") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class _Offer:
+    """The nodes offering one class: every such node by name, and the Ready,
+    uncordoned ones as (name, allocatable of the class's resource, node),
+    sorted by name so that ties break by name."""
+
+    nodes: Mapping[str, NodeInfo]
+    usable: tuple[tuple[str, int, NodeInfo], ...]
+
+
+class Cluster:
+    """Nodes and classes at one moment. Immutable; derive a new one with
+    `with_node` and friends. Per-class node indexes are built on first use
+    (O(nodes)) and shared by every decision made on this snapshot."""
+
+    __slots__ = ("nodes", "classes", "_offers", "_lock")
+
+    def __init__(self, nodes: Iterable[NodeInfo], classes: Iterable[ClassInfo]) -> None:
+        self.nodes: Mapping[str, NodeInfo] = {n.name: n for n in nodes}
+        self.classes: Mapping[str, ClassInfo] = {c.name: c for c in classes}
+        self._offers: dict[str, _Offer] = {}
+        self._lock = threading.Lock()
+
+    def offer(self, class_name: str) -> _Offer:
+        got = self._offers.get(class_name)
+        if got is not None:
+            return got
+        cls = self.classes[class_name]
+        nodes = {name: n for name, n in self.nodes.items() if cls.offered_by(n)}
+        usable = tuple(
+            (name, n.allocatable[cls.resource_name], n)
+            for name, n in sorted(nodes.items())
+            if n.ready and not n.unschedulable
+        )
+        built = _Offer(nodes, usable)
+        with self._lock:
+            return self._offers.setdefault(class_name, built)
+
+    def warm(self) -> None:
+        """Build every class's index now rather than in the first decision."""
+        for name in self.classes:
+            self.offer(name)
+
+    def with_node(self, node: NodeInfo) -> Cluster:
+        return Cluster({**self.nodes, node.name: node}.values(), self.classes.values())
+
+    def without_node(self, name: str) -> Cluster:
+        return Cluster((n for n in self.nodes.values() if n.name != name), self.classes.values())
+
+    def with_class(self, cls: ClassInfo) -> Cluster:
+        out = Cluster((), {**self.classes, cls.name: cls}.values())
+        self._share_nodes(out, keep=lambda c: c != cls.name)
+        return out
+
+    def without_class(self, name: str) -> Cluster:
+        out = Cluster((), (c for c in self.classes.values() if c.name != name))
+        self._share_nodes(out, keep=lambda c: c != name)
+        return out
+
+    def _share_nodes(self, out: Cluster, keep: Any) -> None:
+        # Same nodes: indexes of the other classes stay valid.
+        out.nodes = self.nodes
+        out._offers = {k: v for k, v in self._offers.items() if keep(k)}
+
+
+# --- decision ---------------------------------------------------------------
+
+
+class Action(StrEnum):
+    KEEP = "Keep"  # already Bound on the node
+    BIND = "Bind"  # Pending: bind to the node
+    MOVE = "Move"  # Lost, or Bound elsewhere: bind to the node instead
+
+
+@dataclass(frozen=True)
+class ClaimAction:
+    claim: str
+    uid: str
+    action: Action
+    node: str
+    resource: str
+    count: int
+    from_node: str = ""
+
+
+@dataclass(frozen=True)
+class Placed:
+    node: str
+    claims: tuple[ClaimAction, ...]
+    message: str
+
+    def new_gpus(self) -> Iterator[ClaimAction]:
+        """The claims that take GPUs on `node` they do not hold yet: what the
+        caller records as in flight."""
+        return (a for a in self.claims if a.action is not Action.KEEP)
+
+
+@dataclass(frozen=True)
+class ClaimWait:
+    reason: WaitReason
+    message: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: WaitReason
+    message: str
+    # claim name -> why that claim waits (its own problem, or the set's).
+    claims: Mapping[str, ClaimWait]
+
+
+Decision = Placed | Waiting
+
+# When several claims have problems, the set reports the first of these: a
+# claim that is not there hides everything about its class.
+_CLAIM_REASON_ORDER = (
+    WaitReason.CLAIM_MISSING,
+    WaitReason.NAME_TAKEN,
+    WaitReason.CLAIM_IN_USE,
+    WaitReason.CLASS_NOT_FOUND,
+    WaitReason.CLASS_DELETING,
+)
+
+
+def decide(
+    pod: PodInfo,
+    claims: Sequence[ClaimState | UnresolvedClaim],
+    cluster: Cluster,
+    used: Usage,
+    now: datetime,
+    strategy: Strategy = Strategy.BINPACK,
+) -> Decision:
+    """Place the pod's whole set of claims on one node, or say why it waits.
+
+    Pure: no client, no clock, no globals. `used` must count every claim
+    Bound on a node (this set's too), the requests of running pods without
+    claims, and in-flight placements other than this set's own claims.
+    """
+    if not claims:
+        raise ValueError("decide needs at least one claim")
+    states, problem = _check_claims(pod, claims, cluster)
+    if problem is not None:
+        return problem
+    return _Placer(pod, states, cluster, used, now, strategy).run()
+
+
+def _check_claims(
+    pod: PodInfo, claims: Sequence[ClaimState | UnresolvedClaim], cluster: Cluster
+) -> tuple[list[ClaimState], Waiting | None]:
+    states: list[ClaimState] = []
+    problems: dict[str, ClaimWait] = {}
+    for c in claims:
+        if isinstance(c, UnresolvedClaim):
+            problems[c.name] = ClaimWait(c.reason, c.message)
+            continue
+        states.append(c)
+        others = [r for r in c.reserved_for if r.uid != pod.uid]
+        cls = cluster.classes.get(c.class_name)
+        if c.deleting:
+            problems[c.name] = ClaimWait(WaitReason.CLAIM_MISSING, f"GPUClaim {c.name} is being deleted")
+        elif others:
+            problems[c.name] = ClaimWait(
+                WaitReason.CLAIM_IN_USE,
+                f"GPUClaim {c.name} is in use by pod {others[0].name}; a claim serves one pod at a time",
+            )
+        elif cls is None:
+            problems[c.name] = ClaimWait(
+                WaitReason.CLASS_NOT_FOUND, f"GPUClass {c.class_name} of GPUClaim {c.name} does not exist"
+            )
+        elif cls.deleting:
+            problems[c.name] = ClaimWait(
+                WaitReason.CLASS_DELETING,
+                f"GPUClass {c.class_name} of GPUClaim {c.name} is being deleted and takes no new claims",
+            )
+    if not problems:
+        return states, None
+    reason = min((w.reason for w in problems.values()), key=_CLAIM_REASON_ORDER.index)
+    message = "; ".join(
+        w.message for w in sorted(problems.values(), key=lambda w: _CLAIM_REASON_ORDER.index(w.reason))
+    )
+    per_claim = {
+        c.name: problems.get(c.name) or ClaimWait(reason, f"waits for the rest of its set: {message}")
+        for c in claims
+    }
+    return states, Waiting(reason, message, per_claim)
+
+
+class _Placer:
+    """One decision's working state; lives for one `decide` call."""
+
+    def __init__(
+        self,
+        pod: PodInfo,
+        claims: list[ClaimState],
+        cluster: Cluster,
+        used: Usage,
+        now: datetime,
+        strategy: Strategy,
+    ) -> None:
+        self.pod = pod
+        self.claims = claims
+        self.cluster = cluster
+        self.used = used
+        self.strategy = strategy
+        self.rejected: dict[str, Rejection] = {}
+        for c in claims:
+            for r in c.rejected:
+                if r.until > now:
+                    self.rejected.setdefault(r.node_name, r)
+        self.set_desc = describe(claims)
+
+    # -- helpers --
+
+    def cls(self, claim: ClaimState) -> ClassInfo:
+        return self.cluster.classes[claim.class_name]
+
+    def need_on(self, node_name: str) -> dict[str, int]:
+        """GPUs per resource the set still needs on `node_name`."""
+        need: dict[str, int] = {}
+        for c in self.claims:
+            if c.bound and c.node_name == node_name:
+                continue
+            r = self.cls(c).resource_name
+            need[r] = need.get(r, 0) + c.count
+        return need
+
+    def free(self, node: NodeInfo, resource: str) -> int:
+        return node.allocatable.get(resource, 0) - self.used.get(resource, _NO_USE).get(node.name, 0)
+
+    def wait(self, reason: WaitReason, message: str) -> Waiting:
+        per = ClaimWait(reason, message)
+        return Waiting(reason, message, {c.name: per for c in self.claims})
+
+    def placed(self, node: str, message: str) -> Placed:
+        actions = []
+        for c in self.claims:
+            resource = self.cls(c).resource_name
+            if c.bound and c.node_name == node:
+                action, source = Action.KEEP, ""
+            elif c.bound or c.phase is Phase.LOST:
+                action, source = Action.MOVE, c.node_name
+            else:
+                action, source = Action.BIND, ""
+            actions.append(ClaimAction(c.name, c.uid, action, node, resource, c.count, source))
+        return Placed(node, tuple(actions), message)
+
+    # -- the decision --
+
+    def run(self) -> Decision:
+        anchors: dict[str, list[ClaimState]] = {}
+        for c in self.claims:
+            if c.bound:
+                anchors.setdefault(c.node_name, []).append(c)
+        if not anchors:
+            return self.search(moved_from_cordon=())
+
+        stay: list[str] = []
+        not_ready: list[str] = []
+        valid: list[str] = []
+        cordoned: list[str] = []
+        for name in sorted(anchors):
+            node = self.cluster.nodes.get(name)
+            held = anchors[name]
+            if node is None:
+                continue  # gone: its claims move with the set
+            if node.unschedulable:
+                if any(self.cls(c).on_cordon is OnCordon.STAY for c in held):
+                    stay.append(name)
+                else:
+                    cordoned.append(name)
+            elif not node.ready:
+                not_ready.append(name)
+            elif (
+                name not in self.rejected
+                and self.pod.rules.admits(name, node.labels, node.blocking_taints)
+                and all(self.cls(c).selects(node) for c in held)
+            ):
+                valid.append(name)
+        if stay:
+            return self.stay(stay, anchors)
+        if not_ready:
+            held = [c for n in not_ready for c in anchors[n]]
+            return self.wait(
+                WaitReason.CAPACITY,
+                f"{describe(held)} bound to node {', '.join(not_ready)}, which is not Ready; the set waits "
+                f"for the node, or for the claim to be marked Lost and placed again",
+            )
+        if valid:
+            return self.keep(valid, anchors)
+        return self.search(moved_from_cordon=cordoned)
+
+    def stay(self, stay: list[str], anchors: dict[str, list[ClaimState]]) -> Decision:
+        if len(stay) > 1:
+            return self.wait(
+                WaitReason.CORDONED,
+                f"{self.set_desc}: claims of classes with onCordon Stay are held on cordoned nodes "
+                f"{', '.join(stay)}; the set cannot be gathered on one node",
+            )
+        name = stay[0]
+        node = self.cluster.nodes[name]
+        held = anchors[name]
+        rest = [c for c in self.claims if not (c.bound and c.node_name == name)]
+        if rest:
+            return self.wait(
+                WaitReason.CORDONED,
+                f"{describe(held)} stays on cordoned node {name} (onCordon Stay); {describe(rest)} "
+                f"cannot be bound on a cordoned node, so the set waits for {name} to be uncordoned",
+            )
+        if not node.ready:
+            return self.wait(
+                WaitReason.CORDONED,
+                f"{self.set_desc} stays on node {name} (onCordon Stay), which is cordoned and not Ready",
+            )
+        mismatch = self.pod.rules.mismatch(name, node.labels, node.blocking_taints)
+        if mismatch is not None:
+            return self.wait(
+                WaitReason.NODE_AFFINITY,
+                f"{self.set_desc} stays on node {name} (onCordon Stay), which the pod's {mismatch} excludes",
+            )
+        if name in self.rejected:
+            return self.wait(WaitReason.NODE_REJECTED, self.rejected_message(self.set_desc, [name]))
+        return self.placed(
+            name, f"{self.set_desc} stays on cordoned node {name} (onCordon Stay); the pod waits for it there"
+        )
+
+    def keep(self, valid: list[str], anchors: dict[str, list[ClaimState]]) -> Decision:
+        """The set goes to one of the nodes that already hold its claims."""
+        best: tuple[Any, ...] | None = None
+        best_name = ""
+        shortfalls: list[str] = []
+        for name in valid:
+            node = self.cluster.nodes[name]
+            missing = [
+                c for c in self.claims
+                if not (c.bound and c.node_name == name) and not self.cls(c).offered_by(node)
+            ]
+            if missing:
+                shortfalls.append(f"node {name} does not offer the class of {describe(missing)}")
+                continue
+            need = self.need_on(name)
+            short = [(r, n, self.free(node, r)) for r, n in sorted(need.items()) if self.free(node, r) < n]
+            if short:
+                shortfalls.append(
+                    f"node {name} has "
+                    + ", ".join(f"{max(f, 0)} free {r} where {n} are needed" for r, n, f in short)
+                )
+                continue
+            in_place = sum(c.count for c in anchors[name])
+            key = (in_place, self.score(node, need))
+            if best is None or key > best:
+                best, best_name = key, name
+        if best is not None:
+            return self.placed(
+                best_name, f"{self.set_desc} placed on node {best_name}, where {describe(anchors[best_name])} is bound"
+            )
+        held = [c for n in valid for c in anchors[n]]
+        retain = " (reclaimPolicy Retain)" if any(c.reclaim_policy is ReclaimPolicy.RETAIN for c in held) else ""
+        reason = WaitReason.CAPACITY if any(" free " in s for s in shortfalls) else WaitReason.NODE_AFFINITY
+        return self.wait(
+            reason,
+            f"{describe(held)}{retain} bound to node {', '.join(valid)} keeps the set there, but "
+            + "; ".join(shortfalls),
+        )
+
+    def score(self, node: NodeInfo, need: Mapping[str, int]) -> tuple[float, int]:
+        """Larger is better under the strategy."""
+        frac = 0.0
+        free_after = 0
+        for r, n in need.items():
+            alloc = node.allocatable.get(r, 0)
+            use = self.used.get(r, _NO_USE).get(node.name, 0) + n
+            frac += use / alloc if alloc > 0 else 1.0
+            free_after += alloc - use
+        if need:
+            frac /= len(need)
+        if self.strategy is Strategy.SPREAD:
+            return (-frac, free_after)
+        return (frac, -free_after)
+
+    def search(self, moved_from_cordon: Sequence[str]) -> Decision:
+        """Every node offering all the set's classes competes."""
+        need = self.need_on("")  # nothing stays: every claim needs GPUs
+        class_names = sorted({c.class_name for c in self.claims})
+        offers = [self.cluster.offer(n) for n in class_names]
+        base = min(offers, key=lambda o: len(o.usable))
+        others = [o.nodes for o in offers if o is not base]
+        rules = self.pod.rules
+        rejected = self.rejected
+        spread = self.strategy is Strategy.SPREAD
+        best_key: tuple[float, int] | None = None
+        best_name = ""
+
+        if len(need) == 1 and not others:
+            # The common case, kept tight: one resource, one class.
+            ((resource, n),) = need.items()
+            use = self.used.get(resource, _NO_USE).get
+            for name, alloc, node in base.usable:
+                after = use(name, 0) + n
+                if after > alloc:
+                    continue
+                frac = after / alloc
+                key = (-frac, alloc - after) if spread else (frac, after - alloc)
+                if best_key is not None and key <= best_key:
+                    continue
+                if name in rejected or not rules.admits(name, node.labels, node.blocking_taints):
+                    continue
+                best_key, best_name = key, name
+        else:
+            for name, _, node in base.usable:
+                if others and not all(name in o for o in others):
+                    continue
+                if any(self.free(node, r) < n for r, n in need.items()):
+                    continue
+                key = self.score(node, need)
+                if best_key is not None and key <= best_key:
+                    continue
+                if name in rejected or not rules.admits(name, node.labels, node.blocking_taints):
+                    continue
+                best_key, best_name = key, name
+
+        if best_key is not None:
+            return self.placed(best_name, f"{self.set_desc} placed on node {best_name}")
+        return self.explain(offers, class_names, need, moved_from_cordon)
+
+    def explain(
+        self,
+        offers: list[_Offer],
+        class_names: list[str],
+        need: Mapping[str, int],
+        moved_from_cordon: Sequence[str],
+    ) -> Waiting:
+        """Why no node fits: the most useful of the reasons, with counts."""
+        empty = [cn for cn, o in zip(class_names, offers) if not o.nodes]
+        if empty:
+            return self.wait(
+                WaitReason.CAPACITY,
+                f"{self.set_desc}: no node offers GPUClass {', '.join(empty)}",
+            )
+        base = min(offers, key=lambda o: len(o.nodes))
+        universe = [
+            base.nodes[name] for name in sorted(base.nodes) if all(name in o.nodes for o in offers)
+        ]
+        classes = "GPUClass " + ", ".join(class_names)
+        if not universe:
+            return self.wait(
+                WaitReason.CAPACITY,
+                f"{self.set_desc}: no single node offers all of {classes}",
+            )
+
+        rules = self.pod.rules
+        mismatches: Counter[Mismatch] = Counter()
+        example_taint: Taint | None = None
+        state: Counter[str] = Counter()
+        roomy_but = Counter[str]()
+        roomy_excluded = 0
+        most_free: tuple[int, str] | None = None
+        for node in universe:
+            name = node.name
+            room = all(self.free(node, r) >= n for r, n in need.items())
+            mismatch = rules.mismatch(name, node.labels, node.blocking_taints)
+            if mismatch is not None:
+                mismatches[mismatch] += 1
+                roomy_excluded += room
+                if mismatch is Mismatch.TAINT and example_taint is None:
+                    example_taint = untolerated_taint(rules.tolerations, node.blocking_taints)
+                continue
+            if not node.ready:
+                what = "not Ready"
+            elif node.unschedulable:
+                what = "cordoned"
+            elif name in self.rejected:
+                what = "rejected"
+            else:
+                what = "full"
+                free = min(self.free(node, r) for r in need)
+                if most_free is None or free > most_free[0]:
+                    most_free = (free, name)
+            state[what] += 1
+            if room:
+                roomy_but[what] += 1
+
+        usable = sum(state.values())
+        if usable == 0:
+            parts = [
+                f"{count} {_MISMATCH_TEXT[m]}" + (f" ({example_taint})" if m is Mismatch.TAINT and example_taint else "")
+                for m, count in sorted(mismatches.items())
+            ]
+            return self.wait(
+                WaitReason.NODE_AFFINITY,
+                f"{self.set_desc}: none of the {_nodes(len(universe))} offering {classes} suits the pod: "
+                + ", ".join(parts),
+            )
+        if roomy_but["rejected"]:
+            names = [n.name for n in universe if n.name in self.rejected]
+            return self.wait(WaitReason.NODE_REJECTED, self.rejected_message(self.set_desc, names))
+
+        needs = ", ".join(f"{n} {r}" for r, n in sorted(need.items()))
+        counts = ", ".join(
+            f"{state[w]} {label}"
+            for w, label in (
+                ("full", "without enough free GPUs"),
+                ("not Ready", "not Ready"),
+                ("cordoned", "cordoned"),
+                ("rejected", "rejected for the set"),
+            )
+            if state[w]
+        )
+        detail = f"of the {_nodes(usable)} offering {classes} that the pod can use: {counts}"
+        if most_free is not None:
+            detail += f" (most free: {max(most_free[0], 0)} on {most_free[1]})"
+        if roomy_excluded:
+            detail += (
+                f"; {_nodes(roomy_excluded)} with room the pod's nodeSelector, affinity or tolerations exclude"
+            )
+        if moved_from_cordon:
+            return self.wait(
+                WaitReason.CORDONED,
+                f"{self.set_desc} must leave cordoned node {', '.join(moved_from_cordon)} (onCordon Move) "
+                f"and needs {needs} on one node: {detail}",
+            )
+        if roomy_but["cordoned"]:
+            return self.wait(WaitReason.CORDONED, f"{self.set_desc} needs {needs} on one node: {detail}")
+        return self.wait(WaitReason.CAPACITY, f"{self.set_desc} needs {needs} on one node: {detail}")
+
+    def rejected_message(self, set_desc: str, names: Sequence[str]) -> str:
+        parts = []
+        for name in sorted(names)[:3]:
+            r = self.rejected[name]
+            why = f": {r.reason}" if r.reason else ""
+            parts.append(f"{name} until {r.until.isoformat()}{why}")
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        return f"{set_desc}: the nodes with room refused the pod and are skipped for the set: " + "; ".join(
+            parts
+        ) + more
+
+
+_MISMATCH_TEXT = {
+    Mismatch.NODE_SELECTOR: "do not match its nodeSelector",
+    Mismatch.NODE_AFFINITY: "do not match its required node affinity",
+    Mismatch.TAINT: "have a taint it does not tolerate",
+}
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def describe(claims: Iterable[ClaimState]) -> str:
+    """`GPUClaim a (2 × a100), b (1 × h100)` for messages."""
+    items = [f"{c.name} ({c.count} × {c.class_name})" for c in claims]
+    return ("GPUClaim " if len(items) == 1 else "GPUClaims ") + ", ".join(items)
+
+
+# --- competing pods -----------------------------------------------------------
+
+
+class _Aged(Protocol):
+    @property
+    def created(self) -> datetime: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+A = TypeVar("A", bound=_Aged)
+
+
+def oldest_first(pods: Iterable[A]) -> list[A]:
+    """Waiting pods in the order they get GPUs when they compete: creation
+    time, then namespace/name so equal times still order the same way."""
+    return sorted(pods, key=lambda p: (p.created, p.namespace, p.name))
+
+
+def with_placement(used: Usage, placed: Placed) -> Usage:
+    """`used` plus the GPUs `placed` takes on its node, sharing every map it
+    does not change. A moved claim still counts on the node it leaves: the
+    write that frees it there has not happened yet."""
+    out = dict(used)
+    touched: dict[str, dict[str, int]] = {}
+    for a in placed.new_gpus():
+        m = touched.get(a.resource)
+        if m is None:
+            m = touched[a.resource] = dict(used.get(a.resource, _NO_USE))
+        m[a.node] = m.get(a.node, 0) + a.count
+    out.update(touched)
+    return out
+
+
+def decide_in_order(
+    requests: Iterable[tuple[PodInfo, Sequence[ClaimState | UnresolvedClaim]]],
+    cluster: Cluster,
+    used: Usage,
+    now: datetime,
+    strategy: Strategy = Strategy.BINPACK,
+) -> list[tuple[PodInfo, Decision]]:
+    """Decide competing pods oldest first, each seeing the GPUs the older ones
+    took. Pure, like `decide`."""
+    ordered = sorted(requests, key=lambda pc: (pc[0].created, pc[0].namespace, pc[0].name))
+    out: list[tuple[PodInfo, Decision]] = []
+    for pod, claims in ordered:
+        decision = decide(pod, claims, cluster, used, now, strategy)
+        if isinstance(decision, Placed):
+            used = with_placement(used, decision)
+        out.append((pod, decision))
+    return out
+
+
+# --- parsing helpers ----------------------------------------------------------
+
+_QUANTITY = re.compile(r"([+-]?[0-9]*\.?[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
+_SUFFIX = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}
+
+
+def parse_quantity(value: Any) -> int | None:
+    """A resource.Quantity as a whole number (rounded down), or None.
+    Extended resources such as GPUs are always whole."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        return None
+    if value.isdigit():
+        return int(value)
+    m = _QUANTITY.fullmatch(value.strip())
+    if m is None:
+        return None
+    number, suffix = m.group(1), m.group(2) or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            amount = Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+        else:
+            amount = Decimal(number) * _SUFFIX[suffix]
+    except (InvalidOperation, KeyError):
+        return None
+    return int(amount)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as the API server writes it, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None

@@ -1,0 +1,550 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpuclaimctl.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.nodeaffinity import PodNodeRules, Taint
+from gpuclaimctl.placement import (
+    Action,
+    ClaimState,
+    ClassInfo,
+    Cluster,
+    Decision,
+    NodeInfo,
+    Placed,
+    PodInfo,
+    PodRef,
+    Rejection,
+    UnresolvedClaim,
+    Usage,
+    Waiting,
+    decide,
+    decide_in_order,
+    oldest_first,
+    parse_quantity,
+    with_placement,
+)
+
+GPU = "nvidia.com/gpu"
+AMD = "amd.com/gpu"
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def node(
+    name: str,
+    gpus: int = 8,
+    labels: dict[str, str] | None = None,
+    taints: tuple[Taint, ...] = (),
+    ready: bool = True,
+    cordoned: bool = False,
+    resources: dict[str, int] | None = None,
+) -> NodeInfo:
+    return NodeInfo(
+        name=name,
+        labels=labels or {},
+        taints=taints,
+        ready=ready,
+        unschedulable=cordoned,
+        allocatable=resources if resources is not None else {GPU: gpus, "cpu": 32},
+    )
+
+
+def gpu_class(
+    name: str = "a100",
+    selector: dict[str, str] | None = None,
+    resource: str = GPU,
+    on_cordon: OnCordon = OnCordon.MOVE,
+    deleting: bool = False,
+) -> ClassInfo:
+    return ClassInfo(name, resource, selector or {}, on_cordon, deleting)
+
+
+def claim(
+    name: str = "c1",
+    count: int = 1,
+    class_name: str = "a100",
+    phase: Phase = Phase.PENDING,
+    on: str = "",
+    policy: ReclaimPolicy = ReclaimPolicy.RELEASE,
+    reserved: tuple[PodRef, ...] = (),
+    rejected: tuple[Rejection, ...] = (),
+    deleting: bool = False,
+) -> ClaimState:
+    return ClaimState(name, f"uid-{name}", class_name, count, phase, on, policy, reserved, rejected, deleting)
+
+
+def bound(name: str, on: str, count: int = 1, class_name: str = "a100", **kw: Any) -> ClaimState:
+    return claim(name, count, class_name, Phase.BOUND, on, **kw)
+
+
+def pod(spec: dict[str, Any] | None = None, name: str = "p", created: datetime = NOW, uid: str = "pod-uid") -> PodInfo:
+    return PodInfo("ns", name, uid, created, PodNodeRules.from_pod_spec(spec or {}))
+
+
+def affinity(*exprs: dict[str, Any], fields: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
+    term: dict[str, Any] = {}
+    if exprs:
+        term["matchExpressions"] = list(exprs)
+    if fields:
+        term["matchFields"] = list(fields)
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}
+
+
+def req(key: str, op: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": op, "values": list(values)}
+
+
+def rejection(node_name: str, minutes: int = 5) -> Rejection:
+    return Rejection(node_name, NOW + timedelta(minutes=minutes), "Insufficient cpu")
+
+
+@dataclass
+class Case:
+    nodes: list[NodeInfo]
+    claims: list[ClaimState | UnresolvedClaim]
+    expect: str  # a node name for Placed, or a WaitReason value
+    classes: list[ClassInfo] = field(default_factory=lambda: [gpu_class()])
+    used: Usage = field(default_factory=dict)
+    spec: dict[str, Any] | None = None
+    strategy: Strategy = Strategy.BINPACK
+    actions: dict[str, Action] | None = None
+
+
+def run(case: Case) -> Decision:
+    cluster = Cluster(case.nodes, case.classes)
+    return decide(pod(case.spec), case.claims, cluster, case.used, NOW, case.strategy)
+
+
+def check(case: Case) -> Decision:
+    d = run(case)
+    if isinstance(d, Placed):
+        assert d.node == case.expect, d.message
+        if case.actions is not None:
+            assert {a.claim: a.action for a in d.claims} == case.actions
+    else:
+        assert d.reason.value == case.expect, d.message
+        assert set(d.claims) == {c.name for c in case.claims}
+    return d
+
+
+# Two plain nodes where binpack prefers node-a (more allocated) by default,
+# so every constraint below has to steer the set to node-b to pass.
+A_FULLER: Usage = {GPU: {"node-a": 4, "node-b": 2}}
+LABELLED = [
+    node("node-a", labels={"tier": "1", "gen": "7", "zone": "x"}),
+    node("node-b", labels={"tier": "2", "gen": "9", "fast": "yes"}),
+]
+
+TAINTS = {
+    "untolerated-taint-waits-with-NodeAffinity": Case(
+        [node("node-a", taints=(Taint("dedicated", "NoSchedule", "ml"),))], [claim()], "NodeAffinity"),
+    "untolerated-NoExecute-taint-waits": Case(
+        [node("node-a", taints=(Taint("dedicated", "NoExecute"),))], [claim()], "NodeAffinity"),
+    "tolerated-taint-is-used": Case(
+        [node("node-a", taints=(Taint("dedicated", "NoSchedule", "ml"),))], [claim()], "node-a",
+        spec={"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]}),
+    "toleration-of-other-value-does-not-help": Case(
+        [node("node-a", taints=(Taint("dedicated", "NoSchedule", "ml"),))], [claim()], "NodeAffinity",
+        spec={"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web"}]}),
+    "exists-with-empty-key-tolerates-everything": Case(
+        [node("node-a", taints=(Taint("a", "NoSchedule"), Taint("b", "NoExecute", "1")))], [claim()], "node-a",
+        spec={"tolerations": [{"operator": "Exists"}]}),
+    "PreferNoSchedule-taint-does-not-block": Case(
+        [node("node-a", taints=(Taint("soft", "PreferNoSchedule"),))], [claim()], "node-a"),
+    "tainted-fuller-node-skipped-for-the-other": Case(
+        [node("node-a", taints=(Taint("x", "NoSchedule"),)), node("node-b")], [claim()], "node-b", used=A_FULLER),
+    "cordon-taint-alone-is-not-a-taint-problem": Case(
+        [node("node-a", taints=(Taint("node.kubernetes.io/unschedulable", "NoSchedule"),), cordoned=True)],
+        [claim()], "Cordoned"),
+}
+
+AFFINITY = {
+    "In": Case(LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(req("tier", "In", "2", "3"))),
+    "NotIn": Case(LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(req("tier", "NotIn", "1"))),
+    "Exists": Case(LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(req("fast", "Exists"))),
+    "DoesNotExist": Case(LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(req("zone", "DoesNotExist"))),
+    "Gt": Case(LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(req("gen", "Gt", "8"))),
+    "Lt": Case(LABELLED, [claim()], "node-a", used={GPU: {"node-b": 4}}, spec=affinity(req("gen", "Lt", "8"))),
+    "matchFields-metadata.name": Case(
+        LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(fields=(req("metadata.name", "In", "node-b"),))),
+    "matchFields-NotIn": Case(
+        LABELLED, [claim()], "node-b", used=A_FULLER, spec=affinity(fields=(req("metadata.name", "NotIn", "node-a"),))),
+    "no-node-matches-waits-with-NodeAffinity": Case(
+        LABELLED, [claim()], "NodeAffinity", spec=affinity(req("tier", "In", "9"))),
+    "affinity-match-without-room-waits-for-Capacity": Case(
+        LABELLED, [claim(count=7)], "Capacity", used=A_FULLER, spec=affinity(req("tier", "In", "2"))),
+    "nodeSelector-steers": Case(LABELLED, [claim()], "node-b", used=A_FULLER, spec={"nodeSelector": {"fast": "yes"}}),
+    "nodeSelector-matching-nothing-waits": Case(
+        LABELLED, [claim()], "NodeAffinity", spec={"nodeSelector": {"fast": "no"}}),
+    "nodeSelector-and-affinity-both-apply": Case(
+        LABELLED, [claim()], "NodeAffinity", spec={"nodeSelector": {"fast": "yes"}, **affinity(req("tier", "In", "1"))}),
+}
+
+CLASSES = {
+    "class-selector-steers": Case(
+        LABELLED, [claim()], "node-b", used=A_FULLER, classes=[gpu_class(selector={"fast": "yes"})]),
+    "class-selector-matching-no-node-is-Capacity": Case(
+        LABELLED, [claim()], "Capacity", classes=[gpu_class(selector={"product": "h100"})]),
+    "node-without-the-resource-does-not-offer-the-class": Case(
+        [node("node-a", resources={"cpu": 8}), node("node-b", gpus=2)], [claim()], "node-b"),
+    "node-with-zero-gpus-does-not-offer-the-class": Case([node("node-a", gpus=0)], [claim()], "Capacity"),
+    "class-not-found": Case(LABELLED, [claim(class_name="h100")], "ClassNotFound"),
+    "class-deleting": Case(LABELLED, [claim()], "ClassDeleting", classes=[gpu_class(deleting=True)]),
+    "multi-class-set-needs-a-node-offering-both": Case(
+        [node("node-a", labels={"p": "a100"}, resources={GPU: 8}),
+         node("node-b", labels={"p": "mixed"}, resources={GPU: 8, AMD: 4}),
+         node("node-c", labels={"p": "mi300"}, resources={AMD: 8})],
+        [claim("n", 2, "a100"), claim("m", 2, "mi300")], "node-b",
+        classes=[gpu_class("a100"), gpu_class("mi300", resource=AMD)]),
+    "multi-class-set-checks-each-resource": Case(
+        [node("node-b", resources={GPU: 8, AMD: 4})],
+        [claim("n", 2, "a100"), claim("m", 5, "mi300")], "Capacity",
+        classes=[gpu_class("a100"), gpu_class("mi300", resource=AMD)]),
+    "multi-class-set-with-no-common-node": Case(
+        [node("node-a", resources={GPU: 8}), node("node-c", resources={AMD: 8})],
+        [claim("n", 1, "a100"), claim("m", 1, "mi300")], "Capacity",
+        classes=[gpu_class("a100"), gpu_class("mi300", resource=AMD)]),
+    "two-classes-on-one-resource-add-up": Case(
+        [node("node-a", labels={"x": "1"}, gpus=8), node("node-b", labels={"x": "1"}, gpus=4)],
+        [claim("n", 3, "a100"), claim("m", 3, "big")], "node-a",
+        classes=[gpu_class("a100"), gpu_class("big", selector={"x": "1"})]),
+}
+
+NODE_STATE = {
+    "cordoned-node-with-room-waits-Cordoned": Case([node("node-a", cordoned=True)], [claim()], "Cordoned"),
+    "cordoned-fuller-node-is-skipped": Case(
+        [node("node-a", cordoned=True), node("node-b")], [claim()], "node-b", used=A_FULLER),
+    "not-ready-node-is-skipped": Case([node("node-a", ready=False), node("node-b")], [claim()], "node-b", used=A_FULLER),
+    "only-not-ready-nodes-is-Capacity": Case([node("node-a", ready=False)], [claim()], "Capacity"),
+    "rejected-node-is-skipped": Case(
+        [node("node-a"), node("node-b")], [claim(rejected=(rejection("node-a"),))], "node-b", used=A_FULLER),
+    "rejected-node-with-the-only-room-waits-NodeRejected": Case(
+        [node("node-a"), node("node-b", gpus=1)], [claim(count=4, rejected=(rejection("node-a"),))], "NodeRejected"),
+    "rejection-of-one-claim-applies-to-the-set": Case(
+        [node("node-a"), node("node-b")], [claim("x"), claim("y", rejected=(rejection("node-a"),))], "node-b",
+        used=A_FULLER),
+    "expired-rejection-no-longer-counts": Case(
+        [node("node-a"), node("node-b")], [claim(rejected=(rejection("node-a", minutes=-1),))], "node-a", used=A_FULLER),
+}
+
+CAPACITY = {
+    "gpus-of-pods-without-claims-count": Case(
+        [node("node-a"), node("node-b")], [claim(count=4)], "node-b", used={GPU: {"node-a": 6}}),
+    "set-that-fits-no-single-node-waits": Case(
+        [node("node-a"), node("node-b")], [claim("x", 5), claim("y", 4)], "Capacity"),
+    "set-goes-whole-to-the-node-with-room-for-all": Case(
+        [node("node-a"), node("node-b")], [claim("x", 3), claim("y", 3)], "node-b", used={GPU: {"node-a": 3}}),
+    "exactly-full-node-fits": Case([node("node-a")], [claim(count=8)], "node-a"),
+    "overcommitted-node-has-no-room": Case([node("node-a")], [claim()], "Capacity", used={GPU: {"node-a": 9}}),
+    "no-nodes-at-all": Case([], [claim()], "Capacity"),
+}
+
+STRATEGY = {
+    "binpack-picks-most-allocated": Case(
+        [node("node-a"), node("node-b"), node("node-c")], [claim()], "node-b", used={GPU: {"node-a": 1, "node-b": 5}}),
+    "spread-picks-least-allocated": Case(
+        [node("node-a"), node("node-b"), node("node-c")], [claim()], "node-c", used={GPU: {"node-a": 1, "node-b": 5}},
+        strategy=Strategy.SPREAD),
+    "binpack-tie-breaks-by-name": Case([node("node-b"), node("node-a")], [claim()], "node-a"),
+    "spread-tie-breaks-by-name": Case([node("node-b"), node("node-a")], [claim()], "node-a", strategy=Strategy.SPREAD),
+    "binpack-on-equal-fraction-leaves-the-big-node-whole": Case(
+        [node("big", gpus=16), node("small", gpus=8)], [claim(count=2)], "small", used={GPU: {"big": 6, "small": 2}}),
+    "binpack-prefers-a-fuller-fraction-over-fewer-free": Case(
+        [node("big", gpus=16), node("small", gpus=8)], [claim(count=1)], "big", used={GPU: {"big": 12, "small": 4}}),
+    "spread-on-equal-fraction-prefers-more-free": Case(
+        [node("big", gpus=16), node("small", gpus=8)], [claim(count=2)], "big", strategy=Strategy.SPREAD,
+        used={GPU: {"big": 6, "small": 2}}),
+}
+
+BOUND = {
+    "bound-claim-keeps-the-set-on-its-node": Case(
+        [node("node-a"), node("node-b")], [bound("r", "node-b", policy=ReclaimPolicy.RETAIN)], "node-b",
+        used={GPU: {"node-a": 6, "node-b": 1}}, actions={"r": Action.KEEP}),
+    "retained-claim-brings-new-claims-to-its-node": Case(
+        [node("node-a"), node("node-b")], [bound("r", "node-b", policy=ReclaimPolicy.RETAIN), claim("new", 2)],
+        "node-b", used={GPU: {"node-a": 6, "node-b": 1}}, actions={"r": Action.KEEP, "new": Action.BIND}),
+    "retained-claims-node-without-room-for-the-rest-waits": Case(
+        [node("node-a"), node("node-b")], [bound("r", "node-b", policy=ReclaimPolicy.RETAIN), claim("new", 4)],
+        "Capacity", used={GPU: {"node-b": 6}}),
+    "lost-claim-is-placed-again": Case(
+        [node("node-b")], [claim("l", 2, phase=Phase.LOST, on="node-gone")], "node-b", actions={"l": Action.MOVE}),
+    "claim-bound-to-a-vanished-node-moves": Case(
+        [node("node-b")], [bound("g", "node-gone")], "node-b", actions={"g": Action.MOVE}),
+    "claim-bound-to-a-not-ready-node-waits": Case(
+        [node("node-a", ready=False), node("node-b")], [bound("x", "node-a")], "Capacity", used={GPU: {"node-a": 1}}),
+    "claim-bound-to-a-rejected-node-moves": Case(
+        [node("node-a"), node("node-b")], [bound("x", "node-a", rejected=(rejection("node-a"),))], "node-b",
+        used={GPU: {"node-a": 1}}, actions={"x": Action.MOVE}),
+    "claim-bound-to-a-node-the-pod-cannot-use-moves": Case(
+        LABELLED, [bound("x", "node-a")], "node-b", spec={"nodeSelector": {"fast": "yes"}}, used={GPU: {"node-a": 1}},
+        actions={"x": Action.MOVE}),
+    "claims-bound-on-two-nodes-gather-where-there-is-room": Case(
+        [node("node-a"), node("node-b")], [bound("x", "node-a", 2), bound("y", "node-b", 1)], "node-a",
+        used={GPU: {"node-a": 2, "node-b": 8}}, actions={"x": Action.KEEP, "y": Action.MOVE}),
+    "claims-bound-on-two-nodes-prefer-more-gpus-in-place": Case(
+        [node("node-a"), node("node-b")], [bound("x", "node-a", 1), bound("y", "node-b", 3)], "node-b",
+        used={GPU: {"node-a": 1, "node-b": 3}}, actions={"x": Action.MOVE, "y": Action.KEEP}),
+}
+
+CORDON = {
+    "move-class-set-leaves-a-cordoned-node": Case(
+        [node("node-a", cordoned=True), node("node-b")], [bound("x", "node-a", 2)], "node-b",
+        used={GPU: {"node-a": 2}}, actions={"x": Action.MOVE}),
+    "move-class-set-with-nowhere-to-go-waits-Cordoned": Case(
+        [node("node-a", cordoned=True), node("node-b", gpus=1)], [bound("x", "node-a", 2)], "Cordoned",
+        used={GPU: {"node-a": 2}}),
+    "stay-class-set-stays-on-its-cordoned-node": Case(
+        [node("node-a", cordoned=True), node("node-b")], [bound("x", "node-a", 2)], "node-a",
+        classes=[gpu_class(on_cordon=OnCordon.STAY)], used={GPU: {"node-a": 2}}, actions={"x": Action.KEEP}),
+    "stay-class-set-with-new-claims-waits-Cordoned": Case(
+        [node("node-a", cordoned=True), node("node-b")], [bound("x", "node-a", 2), claim("new")], "Cordoned",
+        classes=[gpu_class(on_cordon=OnCordon.STAY)], used={GPU: {"node-a": 2}}),
+    "stay-claims-on-two-cordoned-nodes-wait": Case(
+        [node("node-a", cordoned=True), node("node-b", cordoned=True)], [bound("x", "node-a"), bound("y", "node-b")],
+        "Cordoned", classes=[gpu_class(on_cordon=OnCordon.STAY)]),
+    "stay-node-the-pod-cannot-use-is-NodeAffinity": Case(
+        [node("node-a", cordoned=True, labels={"z": "1"})], [bound("x", "node-a")], "NodeAffinity",
+        classes=[gpu_class(on_cordon=OnCordon.STAY)], spec={"nodeSelector": {"z": "2"}}),
+    "stay-does-not-pull-pending-sets-onto-a-cordoned-node": Case(
+        [node("node-a", cordoned=True)], [claim()], "Cordoned", classes=[gpu_class(on_cordon=OnCordon.STAY)]),
+}
+
+CLAIMS = {
+    "missing-claim": Case(
+        [node("node-a")], [claim("ok"), UnresolvedClaim("gone", WaitReason.CLAIM_MISSING, "GPUClaim gone does not exist")],
+        "ClaimMissing"),
+    "name-taken": Case(
+        [node("node-a")], [UnresolvedClaim("p-gpu", WaitReason.NAME_TAKEN, "GPUClaim p-gpu is not this pod's")],
+        "NameTaken"),
+    "claim-in-use-by-another-pod": Case(
+        [node("node-a")], [claim(reserved=(PodRef("other", "other-uid"),))], "ClaimInUse"),
+    "claim-reserved-for-this-pod-is-fine": Case(
+        [node("node-a")], [bound("x", "node-a", reserved=(PodRef("p", "pod-uid"),))], "node-a"),
+    "claim-being-deleted-is-missing": Case([node("node-a")], [claim(deleting=True)], "ClaimMissing"),
+    "missing-claim-outranks-a-missing-class": Case(
+        [node("node-a")], [claim("x", class_name="nope"), UnresolvedClaim("y", WaitReason.CLAIM_MISSING, "gone")],
+        "ClaimMissing"),
+}
+
+
+def table(*groups: dict[str, Case]) -> list[Any]:
+    return [pytest.param(case, id=name) for group in groups for name, case in group.items()]
+
+
+@pytest.mark.parametrize("case", table(TAINTS))
+def test_taints_and_tolerations(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(AFFINITY))
+def test_node_selector_and_required_affinity(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(CLASSES))
+def test_classes(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(NODE_STATE))
+def test_cordoned_not_ready_and_rejected_nodes(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(CAPACITY))
+def test_free_gpus(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(STRATEGY))
+def test_binpack_and_spread(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(BOUND))
+def test_bound_and_lost_claims(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(CORDON))
+def test_on_cordon(case: Case) -> None:
+    check(case)
+
+
+@pytest.mark.parametrize("case", table(CLAIMS))
+def test_claim_problems(case: Case) -> None:
+    check(case)
+
+
+# --- what the decision says ------------------------------------------------
+
+
+def test_placed_actions_carry_what_the_writes_and_inflight_cache_need() -> None:
+    d = run(Case([node("node-a"), node("node-b")],
+                 [bound("r", "node-b", 1), claim("new", 2), claim("l", 1, phase=Phase.LOST, on="node-x")], "node-b"))
+    assert isinstance(d, Placed)
+    by_name = {a.claim: a for a in d.claims}
+    assert by_name["new"].uid == "uid-new" and by_name["new"].resource == GPU and by_name["new"].count == 2
+    assert by_name["l"].from_node == "node-x"
+    assert [a.claim for a in d.new_gpus()] == ["new", "l"]
+
+
+def test_capacity_message_says_what_is_needed_and_the_most_free() -> None:
+    d = run(Case([node("node-a"), node("node-b", ready=False)], [claim("x", 3), claim("y", 3)], "Capacity",
+                 used={GPU: {"node-a": 5}}))
+    assert isinstance(d, Waiting)
+    assert "needs 6 nvidia.com/gpu on one node" in d.message
+    assert "1 without enough free GPUs, 1 not Ready" in d.message
+    assert "most free: 3 on node-a" in d.message
+    assert "GPUClaims x (3 × a100), y (3 × a100)" in d.message
+
+
+def test_capacity_message_mentions_nodes_with_room_the_pod_excludes() -> None:
+    d = run(Case(LABELLED, [claim(count=4)], "Capacity", used={GPU: {"node-b": 6}}, spec={"nodeSelector": {"fast": "yes"}}))
+    assert isinstance(d, Waiting) and d.reason is WaitReason.CAPACITY
+    assert "1 node with room the pod's nodeSelector, affinity or tolerations exclude" in d.message
+
+
+def test_node_affinity_message_counts_what_excluded_each_node() -> None:
+    nodes = [node("node-a", labels={"z": "1"}), node("node-b", labels={"z": "2"}, taints=(Taint("t", "NoSchedule", "v"),)),
+             node("node-c", labels={"z": "2"}, taints=(Taint("t", "NoSchedule", "v"),))]
+    d = run(Case(nodes, [claim()], "NodeAffinity", spec={"nodeSelector": {"z": "2"}}))
+    assert isinstance(d, Waiting) and d.reason is WaitReason.NODE_AFFINITY
+    assert "none of the 3 nodes offering GPUClass a100 suits the pod" in d.message
+    assert "1 do not match its nodeSelector" in d.message
+    assert "2 have a taint it does not tolerate (t=v:NoSchedule)" in d.message
+    assert "t=v:NoSchedule" in d.message
+
+
+def test_rejected_message_names_the_node_and_until() -> None:
+    d = run(Case([node("node-a")], [claim(rejected=(rejection("node-a"),))], "NodeRejected"))
+    assert isinstance(d, Waiting)
+    assert "node-a until 2025-06-01T12:05:00+00:00: Insufficient cpu" in d.message
+
+
+def test_a_claim_with_its_own_problem_gets_it_and_the_others_wait_for_it() -> None:
+    d = run(Case([node("node-a")], [claim("ok"), claim("bad", class_name="h100")], "ClassNotFound"))
+    assert isinstance(d, Waiting)
+    assert d.claims["bad"].reason is WaitReason.CLASS_NOT_FOUND
+    assert d.claims["bad"].message == "GPUClass h100 of GPUClaim bad does not exist"
+    assert d.claims["ok"].reason is WaitReason.CLASS_NOT_FOUND
+    assert d.claims["ok"].message.startswith("waits for the rest of its set:")
+
+
+def test_retained_claim_waiting_message_names_the_holding_node() -> None:
+    d = run(BOUND["retained-claims-node-without-room-for-the-rest-waits"])
+    assert isinstance(d, Waiting)
+    assert "GPUClaim r (1 × a100) (reclaimPolicy Retain) bound to node node-b keeps the set there" in d.message
+    assert "node node-b has 2 free nvidia.com/gpu where 4 are needed" in d.message
+
+
+def test_decide_needs_a_claim() -> None:
+    with pytest.raises(ValueError):
+        decide(pod(), [], Cluster([], []), {}, NOW)
+
+
+def test_the_decision_does_not_depend_on_node_order() -> None:
+    nodes = [node(f"n{i}", gpus=8) for i in range(20)]
+    used: Usage = {GPU: {f"n{i}": i % 5 for i in range(20)}}
+    first = decide(pod(), [claim(count=3)], Cluster(nodes, [gpu_class()]), used, NOW)
+    again = decide(pod(), [claim(count=3)], Cluster(reversed(nodes), [gpu_class()]), used, NOW)
+    assert isinstance(first, Placed) and first == again
+
+
+# --- competing pods ---------------------------------------------------------
+
+
+def test_oldest_pod_gets_the_gpus_when_pods_compete() -> None:
+    old = pod(name="old", created=NOW - timedelta(minutes=5), uid="old")
+    young = pod(name="young", created=NOW, uid="young")
+    cluster = Cluster([node("node-a", gpus=4)], [gpu_class()])
+    results = decide_in_order([(young, [claim("yc", 3)]), (old, [claim("oc", 3)])], cluster, {}, NOW)
+    assert [(p.name, type(d).__name__) for p, d in results] == [("old", "Placed"), ("young", "Waiting")]
+
+
+def test_oldest_first_orders_by_creation_then_name() -> None:
+    a = pod(name="a", created=NOW)
+    b = pod(name="b", created=NOW - timedelta(seconds=1))
+    c = pod(name="c", created=NOW)
+    assert [p.name for p in oldest_first([c, a, b])] == ["b", "a", "c"]
+
+
+def test_with_placement_adds_new_gpus_without_touching_the_input() -> None:
+    used: Usage = {GPU: {"node-a": 1}, AMD: {"node-a": 2}}
+    d = run(Case([node("node-a")], [claim("x", 2), bound("y", "node-a")], "node-a", used=used))
+    assert isinstance(d, Placed)
+    after = with_placement(used, d)
+    assert after[GPU] == {"node-a": 3}
+    assert used[GPU] == {"node-a": 1}
+    assert after[AMD] is used[AMD]
+
+
+# --- snapshot from API objects --------------------------------------------
+
+
+def test_node_info_from_api_reads_readiness_cordon_taints_and_allocatable() -> None:
+    n = NodeInfo.from_api({
+        "metadata": {"name": "node-a", "labels": {"z": "1"}},
+        "spec": {"unschedulable": True, "taints": [{"key": "t", "effect": "NoSchedule"},
+                                                   {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {GPU: "8", "cpu": "3800m", "memory": "64Gi", "bad": "x"},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+    assert n.name == "node-a" and n.labels == {"z": "1"} and n.ready and n.unschedulable
+    assert n.allocatable == {GPU: 8, "cpu": 3, "memory": 64 * 2**30}
+    assert n.blocking_taints == (Taint("t", "NoSchedule"),)
+    assert not NodeInfo.from_api({"metadata": {"name": "x"}, "status": {"conditions": [
+        {"type": "Ready", "status": "Unknown"}]}}).ready
+
+
+def test_claim_state_from_api() -> None:
+    c = ClaimState.from_api({
+        "metadata": {"name": "c", "uid": "u", "deletionTimestamp": "2025-06-01T00:00:00Z"},
+        "spec": {"className": "a100", "count": 2, "reclaimPolicy": "Retain"},
+        "status": {"phase": "Bound", "nodeName": "node-a", "reservedFor": [{"name": "p", "uid": "pu"}],
+                   "rejectedNodes": [{"nodeName": "node-b", "reason": "r", "until": "2025-06-01T12:10:00Z"}]},
+    })
+    assert c == ClaimState("c", "u", "a100", 2, Phase.BOUND, "node-a", ReclaimPolicy.RETAIN,
+                           (PodRef("p", "pu"),), (Rejection("node-b", NOW + timedelta(minutes=10), "r"),), True)
+    assert ClaimState.from_api({"metadata": {"name": "n"}, "spec": {"className": "a", "count": 1}}).phase is Phase.PENDING
+
+
+def test_class_and_pod_from_api() -> None:
+    cls = ClassInfo.from_api({"metadata": {"name": "a100"}, "spec": {"nodeSelector": {"p": "a"}, "onCordon": "Stay"}})
+    assert cls == ClassInfo("a100", GPU, {"p": "a"}, OnCordon.STAY, False)
+    p = PodInfo.from_api({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                                       "creationTimestamp": "2025-06-01T12:00:00Z"},
+                          "spec": {"nodeSelector": {"p": "a"}}})
+    assert p.created == NOW and p.rules.node_selector == (("p", "a"),)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("8", 8), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1500m", 1), ("1e3", 1000), ("1.5", 1), ("x", None), ("", None)],
+)
+def test_parse_quantity(text: str, value: int | None) -> None:
+    assert parse_quantity(text) == value
+
+
+# --- cluster snapshots --------------------------------------------------------
+
+
+def test_derived_clusters_see_node_and_class_changes() -> None:
+    c1 = Cluster([node("node-a")], [gpu_class()])
+    assert isinstance(decide(pod(), [claim()], c1, {}, NOW), Placed)
+    c2 = c1.with_node(node("node-a", cordoned=True))
+    assert isinstance(decide(pod(), [claim()], c2, {}, NOW), Waiting)
+    c3 = c2.with_node(node("node-b"))
+    d3 = decide(pod(), [claim()], c3, {}, NOW)
+    assert isinstance(d3, Placed) and d3.node == "node-b"
+    c4 = c3.with_class(gpu_class(selector={"nope": "1"}))
+    assert isinstance(decide(pod(), [claim()], c4, {}, NOW), Waiting)
+    c5 = c4.without_class("a100")
+    d5 = decide(pod(), [claim()], c5, {}, NOW)
+    assert isinstance(d5, Waiting) and d5.reason is WaitReason.CLASS_NOT_FOUND
+    c6 = c3.without_node("node-b")
+    assert isinstance(decide(pod(), [claim()], c6, {}, NOW), Waiting)
