@@ -1,1 +1,94 @@
-"""informers."""
+"""Hand-rolled shared informers with client-go ``tools/cache`` semantics.
+
+Reflectors list and watch the API server (raw JSON through the official
+client's connection pool, decoded by orjson), fill thread-safe indexed
+caches, and feed event handlers, each on its own thread. Nothing here
+starts a thread or touches the network at import time.
+
+Cached objects are plain dicts shared by every reader: read-only.
+"""
+
+from __future__ import annotations
+
+from informers.backoff import Backoff, BackoffPolicy
+from informers.clock import Clock, FakeClock, RealClock
+from informers.delta_fifo import DeltaFIFO, DeltaType
+from informers.errors import ApiStatusError, TransportError
+from informers.factory import SharedInformerFactory
+from informers.listers import (
+    ClusterLister,
+    GPUClaimLister,
+    GPUClaimTemplateLister,
+    GPUClassLister,
+    NamespacedLister,
+    NodeLister,
+    PodLister,
+)
+from informers.listwatch import ListerWatcher, ListPage, WatchStream
+from informers.objects import (
+    DeletedFinalStateUnknown,
+    KubeObject,
+    deletion_handling_key,
+    meta_namespace_key,
+    split_key,
+)
+from informers.processor import EventHandler, EventHandlerFuncs
+from informers.reflector import Reflector
+from informers.resource import (
+    CONFIG_MAPS,
+    GPU_CLAIM_TEMPLATES,
+    GPU_CLAIMS,
+    GPU_CLASSES,
+    NODES,
+    PODS,
+    Resource,
+)
+from informers.shared_informer import HandlerRegistration, SharedInformer
+from informers.store import NAMESPACE_INDEX, IndexConflictError, Indexer, IndexFunc
+from informers.transforms import chain, strip_managed_fields
+
+__all__ = [
+    "ApiStatusError",
+    "Backoff",
+    "BackoffPolicy",
+    "CONFIG_MAPS",
+    "Clock",
+    "ClusterLister",
+    "DeletedFinalStateUnknown",
+    "DeltaFIFO",
+    "DeltaType",
+    "EventHandler",
+    "EventHandlerFuncs",
+    "FakeClock",
+    "GPU_CLAIMS",
+    "GPU_CLAIM_TEMPLATES",
+    "GPU_CLASSES",
+    "GPUClaimLister",
+    "GPUClaimTemplateLister",
+    "GPUClassLister",
+    "HandlerRegistration",
+    "IndexConflictError",
+    "IndexFunc",
+    "Indexer",
+    "KubeObject",
+    "ListPage",
+    "ListerWatcher",
+    "NAMESPACE_INDEX",
+    "NODES",
+    "NamespacedLister",
+    "NodeLister",
+    "PODS",
+    "PodLister",
+    "RealClock",
+    "Reflector",
+    "Resource",
+    "SharedInformer",
+    "SharedInformerFactory",
+    "TransportError",
+    "WatchStream",
+    "chain",
+    "deletion_handling_key",
+    "meta_namespace_key",
+    "split_key",
+    "strip_managed_fields",
+]

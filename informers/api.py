@@ -1,0 +1,266 @@
+"""Raw GETs to the API server through the official client's connection pool.
+
+The official ``kubernetes`` client supplies configuration, authentication
+and TLS only: requests go straight through its urllib3 pool and the bytes
+are decoded by orjson into plain dicts, never into models (several times
+faster, and what the cache stores anyway).
+
+This is the only informers module that knows about HTTP, urllib3 or the
+``kubernetes`` package; everything above it sees ``ListerWatcher``.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import urlencode
+
+import orjson
+import urllib3
+
+from informers.errors import ApiStatusError, TransportError
+from informers.listwatch import ListPage
+from informers.objects import KubeObject
+from informers.resource import Resource
+
+if TYPE_CHECKING:
+    # Only for annotations: the client is used for its configuration and
+    # connection pool, so importing its (large) package is the caller's business.
+    from kubernetes.client import ApiClient
+
+# How long a list page may take to arrive; a page of 500 objects comes in
+# well under a second, a full unpaginated list of a big cluster in seconds.
+DEFAULT_LIST_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+# The client-side read timeout of a watch is the server's timeoutSeconds
+# plus this much: a healthy server ends the watch first, so hitting it
+# means the connection died without a FIN (a host gone, a dropped route).
+WATCH_READ_MARGIN = 30.0
+_STREAM_CHUNK = 1 << 16
+
+
+def decode(body: bytes) -> Any:
+    """orjson.loads with the cyclic garbage collector paused.
+
+    A list page becomes tens of thousands of dicts and lists in one call;
+    every few hundred of them would otherwise trigger a collection that
+    walks the young objects, and older generations that hold the whole
+    cache. JSON cannot make reference cycles, so pausing is safe; measured
+    in benchmarks/informer_bench.py. If another thread disables the GC at
+    the same time we only re-enable what we disabled.
+    """
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        return orjson.loads(body)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _retry_after(resp: urllib3.BaseHTTPResponse) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _status_error(resp: urllib3.BaseHTTPResponse, body: bytes) -> ApiStatusError:
+    try:
+        status: Any = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        status = body[:200].decode("utf-8", "replace")
+    return ApiStatusError.from_status(status, resp.status, _retry_after(resp))
+
+
+class RawClient:
+    """GET requests with the credentials and TLS of a ``kubernetes.client.ApiClient``."""
+
+    def __init__(
+        self, api_client: ApiClient, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    ) -> None:
+        self._api_client = api_client
+        self._pool = api_client.rest_client.pool_manager
+        self._host = str(api_client.configuration.host).rstrip("/")
+        self._connect_timeout = connect_timeout
+
+    def _headers(self, path: str) -> dict[str, str]:
+        headers: dict[str, str] = {"Accept": "application/json"}
+        headers.update(self._api_client.default_headers)
+        # Adds the bearer token, refreshing it first when the kubeconfig
+        # uses an exec plugin or a token file (refresh_api_key_hook).
+        self._api_client.update_params_for_auth(headers, [], ["BearerToken"], path, "GET", None)
+        return headers
+
+    def get(
+        self, path: str, params: list[tuple[str, str]], *, read_timeout: float
+    ) -> urllib3.BaseHTTPResponse:
+        """Start a GET and return the unread response; non-2xx raises ``ApiStatusError``.
+
+        The caller must ``release_conn`` (or ``close``) the response.
+        """
+        url = self._host + path
+        if params:
+            url += "?" + urlencode(params)
+        try:
+            resp = self._pool.request(
+                "GET",
+                url,
+                headers=self._headers(path),
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=self._connect_timeout, read=read_timeout),
+                # The reflector has its own backoff; hidden retries would
+                # only delay noticing that the server is gone.
+                retries=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise TransportError(f"GET {path}: {e}") from e
+        if resp.status >= 300:
+            try:
+                body = resp.read()
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise TransportError(f"GET {path}: HTTP {resp.status}, body lost: {e}") from e
+            finally:
+                resp.release_conn()
+            raise _status_error(resp, body)
+        return resp
+
+
+class HttpWatchStream:
+    """The events of one watch response, one JSON document per line."""
+
+    def __init__(self, resp: urllib3.BaseHTTPResponse, on_done: Any = None) -> None:
+        self._resp = resp
+        self._closed = False
+        self._on_done = on_done
+
+    def __iter__(self) -> Iterator[tuple[str, KubeObject]]:
+        loads = orjson.loads
+        rest = b""
+        try:
+            for chunk in self._resp.stream(_STREAM_CHUNK, decode_content=True):
+                if rest:
+                    chunk = rest + chunk
+                lines = chunk.split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    if line:
+                        event = loads(line)
+                        yield event["type"], event["object"]
+            if rest.strip() and not self._closed:
+                raise TransportError("watch ended in the middle of an event")
+        except (urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError, KeyError) as e:
+            if not self._closed:
+                raise TransportError(f"watch broke: {e}") from e
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        first = not self._closed
+        self._closed = True
+        resp = self._resp
+        try:
+            # shutdown() wakes a thread blocked reading this socket; close()
+            # alone would leave it waiting for the read timeout.
+            resp.shutdown()
+        except (ValueError, RuntimeError, OSError):
+            pass
+        resp.close()
+        if first and self._on_done is not None:
+            self._on_done(self)
+
+
+class ResourceListerWatcher:
+    """Lists and watches one resource (optionally one namespace, selectors) over HTTP."""
+
+    def __init__(
+        self,
+        client: RawClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        list_timeout: float = DEFAULT_LIST_TIMEOUT,
+    ) -> None:
+        self.resource = resource
+        self._client = client
+        self._path = resource.collection_path(namespace)
+        self._selectors: list[tuple[str, str]] = []
+        if label_selector:
+            self._selectors.append(("labelSelector", label_selector))
+        if field_selector:
+            self._selectors.append(("fieldSelector", field_selector))
+        self._list_timeout = list_timeout
+        self._lock = threading.Lock()
+        self._inflight: set[urllib3.BaseHTTPResponse] = set()
+        self._streams: set[HttpWatchStream] = set()
+
+    def list_page(self, *, resource_version: str, limit: int, continue_token: str) -> ListPage:
+        params = list(self._selectors)
+        if continue_token:
+            # The API server refuses a resourceVersion beside a continue token.
+            params.append(("continue", continue_token))
+        elif resource_version:
+            params.append(("resourceVersion", resource_version))
+        if limit > 0:
+            params.append(("limit", str(limit)))
+        resp = self._client.get(self._path, params, read_timeout=self._list_timeout)
+        with self._lock:
+            self._inflight.add(resp)
+        try:
+            body = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise TransportError(f"list {self.resource}: {e}") from e
+        finally:
+            with self._lock:
+                self._inflight.discard(resp)
+            resp.release_conn()
+        try:
+            data = decode(body)
+        except orjson.JSONDecodeError as e:
+            raise TransportError(f"list {self.resource}: bad JSON: {e}") from e
+        meta = data.get("metadata") or {}
+        return ListPage(
+            items=data.get("items") or [],
+            resource_version=str(meta.get("resourceVersion") or ""),
+            continue_token=str(meta.get("continue") or ""),
+        )
+
+    def watch(self, *, resource_version: str, timeout_seconds: int) -> HttpWatchStream:
+        params = list(self._selectors)
+        params += [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        if resource_version:
+            params.append(("resourceVersion", resource_version))
+        resp = self._client.get(
+            self._path, params, read_timeout=timeout_seconds + WATCH_READ_MARGIN
+        )
+        stream = HttpWatchStream(resp, on_done=self._forget)
+        with self._lock:
+            self._streams.add(stream)
+        return stream
+
+    def _forget(self, stream: HttpWatchStream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def abort(self) -> None:
+        with self._lock:
+            responses = list(self._inflight)
+            streams = list(self._streams)
+        for resp in responses:
+            try:
+                resp.shutdown()
+            except (ValueError, RuntimeError, OSError):
+                pass
+        for stream in streams:
+            stream.close()

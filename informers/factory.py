@@ -1,0 +1,163 @@
+"""One shared informer per resource for the whole process (client-go's SharedInformerFactory).
+
+Every part of the controller that asks for pods gets the same informer,
+so the cluster is listed and watched once and cached once. ``start``
+starts whatever was asked for since the last ``start``;
+``wait_for_cache_sync`` waits for them with a timeout.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
+
+
+from informers.api import RawClient, ResourceListerWatcher
+from informers.backoff import BackoffPolicy
+from informers.clock import Clock
+from informers.listers import (
+    GPUClaimLister,
+    GPUClaimTemplateLister,
+    GPUClassLister,
+    NodeLister,
+    PodLister,
+    _Lister,
+)
+from informers.processor import HandlerErrorCallback
+from informers.reflector import DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE
+from informers.resource import Resource
+from informers.shared_informer import SharedInformer
+from informers.store import IndexConflictError, IndexFunc
+from informers.transforms import Transform, strip_managed_fields
+
+if TYPE_CHECKING:
+    # Only for annotations: the client is used for its configuration and
+    # connection pool, so importing its (large) package is the caller's business.
+    from kubernetes.client import ApiClient
+
+L = TypeVar("L", bound=_Lister)
+
+
+class SharedInformerFactory:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        default_resync_period: float = 0.0,
+        transform: Transform | None = strip_managed_fields,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        min_watch_timeout: float = DEFAULT_MIN_WATCH_TIMEOUT,
+        backoff: BackoffPolicy = BackoffPolicy(),
+        clock: Clock | None = None,
+        rand: Callable[[], float] = random.random,
+        on_handler_error: HandlerErrorCallback | None = None,
+    ) -> None:
+        """``namespace`` limits namespaced resources to one namespace; the
+        selectors apply to every resource. ``transform`` runs on each object
+        before it is cached (by default it drops ``managedFields``)."""
+        self._client = RawClient(api_client)
+        self._namespace = namespace
+        self._label_selector = label_selector
+        self._field_selector = field_selector
+        self._default_resync_period = default_resync_period
+        self._transform = transform
+        self._page_size = page_size
+        self._min_watch_timeout = min_watch_timeout
+        self._backoff = backoff
+        self._clock = clock
+        self._rand = rand
+        self._on_handler_error = on_handler_error
+        self._lock = threading.Lock()
+        self._informers: dict[Resource, SharedInformer] = {}
+
+    def informer_for(
+        self, resource: Resource, *, indexers: Mapping[str, IndexFunc] | None = None
+    ) -> SharedInformer:
+        """The one informer of ``resource``, made on first use.
+
+        ``indexers`` are added if missing; the same name with another
+        function is an error (two users disagree on what the index means).
+        """
+        with self._lock:
+            informer = self._informers.get(resource)
+            if informer is None:
+                lw = ResourceListerWatcher(
+                    self._client,
+                    resource,
+                    namespace=self._namespace if resource.namespaced else None,
+                    label_selector=self._label_selector,
+                    field_selector=self._field_selector,
+                )
+                informer = SharedInformer(
+                    lw,
+                    name=str(resource),
+                    default_resync_period=self._default_resync_period,
+                    transform=self._transform,
+                    page_size=self._page_size,
+                    min_watch_timeout=self._min_watch_timeout,
+                    backoff=self._backoff,
+                    clock=self._clock,
+                    rand=self._rand,
+                    on_handler_error=self._on_handler_error,
+                )
+                self._informers[resource] = informer
+        if indexers:
+            existing = informer.indexer.indexers()
+            missing = {}
+            for name, fn in indexers.items():
+                if name not in existing:
+                    missing[name] = fn
+                elif existing[name] is not fn:
+                    raise IndexConflictError(f"{resource}: indexer {name!r} exists with another function")
+            if missing:
+                informer.add_indexers(missing)
+        return informer
+
+    def informers(self) -> dict[Resource, SharedInformer]:
+        with self._lock:
+            return dict(self._informers)
+
+    def start(self) -> None:
+        """Start every informer not started yet."""
+        for informer in self.informers().values():
+            informer.start()
+
+    def wait_for_cache_sync(self, timeout: float) -> dict[Resource, bool]:
+        """Wait until every started informer synced or ``timeout`` seconds
+        passed; return each one's state."""
+        deadline = time.monotonic() + timeout
+        result: dict[Resource, bool] = {}
+        for resource, informer in self.informers().items():
+            if not informer.started:
+                continue
+            result[resource] = informer.wait_for_sync(max(0.0, deadline - time.monotonic()))
+        return result
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        for informer in self.informers().values():
+            informer.stop(timeout)
+
+    # -- listers -------------------------------------------------------
+
+    def _lister(self, cls: type[L]) -> L:
+        return cls(self.informer_for(cls.resource).indexer)
+
+    def pods(self) -> PodLister:
+        return self._lister(PodLister)
+
+    def nodes(self) -> NodeLister:
+        return self._lister(NodeLister)
+
+    def gpu_classes(self) -> GPUClassLister:
+        return self._lister(GPUClassLister)
+
+    def gpu_claims(self) -> GPUClaimLister:
+        return self._lister(GPUClaimLister)
+
+    def gpu_claim_templates(self) -> GPUClaimTemplateLister:
+        return self._lister(GPUClaimTemplateLister)
