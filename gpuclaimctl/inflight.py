@@ -1,0 +1,248 @@
+"""What counts against a node's GPUs (DESIGN.md §4 "free GPUs").
+
+Three things use a node's GPUs: claims Bound there (all namespaces), pods
+bound there that request the resource without claims and have not
+finished, and placements this controller has decided but not yet seen come
+back from its watch. The first two are pure functions of informer objects
+(`used_capacity`, or `claim_usage`/`pod_usage` per object for an
+incremental index); the third is `InFlightPlacements`, a TTL cache that
+keeps many workers and a lagging informer from deciding twice on the same
+free GPUs.
+
+No client, nothing started at import; the cache's clock is injected.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuclaimctl.api import DEFAULT_RESOURCE_NAME, Phase
+from gpuclaimctl.placement import Usage, parse_quantity
+
+# Long enough to cover any watch lag we expect; an entry that outlives its
+# write (the watch skipped the Bound state during a relist, say) only keeps
+# GPUs idle for this long. Never shorter than the worst watch lag, or a node
+# can be overcommitted.
+DEFAULT_TTL_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    claim_uid: str
+    node: str
+    resource: str
+    count: int
+    expires: float
+
+
+class InFlightPlacements:
+    """Placements written (or being written) but not yet seen by the informer.
+
+    Use: hold `lock` across reading usage, `decide` and `add`, so two workers
+    cannot both decide on the same free GPUs; `forget` when the write fails;
+    `observe` from the claim informer's handlers (after the store holds the
+    new object, so the claim is counted there before it stops counting
+    here). Thread-safe.
+    """
+
+    def __init__(self, ttl: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        # Reentrant, so a caller holding it for a decision can still call
+        # the methods below.
+        self.lock = threading.RLock()
+        # claim uid -> entry; every entry is unexpired or not yet pruned.
+        self._entries: dict[str, InFlight] = {}
+
+    def add(self, claim_uid: str, node: str, resource: str, count: int) -> None:
+        """Count `count` GPUs of `resource` on `node` for the claim from now
+        until the informer shows it Bound there or the TTL passes. A second
+        add for the same claim replaces the first."""
+        with self.lock:
+            self._entries[claim_uid] = InFlight(claim_uid, node, resource, count, self._clock() + self._ttl)
+
+    def forget(self, claim_uid: str) -> None:
+        """The write failed (or was never made): the claim holds nothing."""
+        with self.lock:
+            self._entries.pop(claim_uid, None)
+
+    def observe(self, claim_uid: str, phase: str | None, node_name: str | None) -> None:
+        """The informer shows the claim: Bound on the in-flight node ends the
+        entry, as does phase None (the claim is gone). Anything else is an
+        older version of the claim, so the entry stays."""
+        with self.lock:
+            entry = self._entries.get(claim_uid)
+            if entry is None:
+                return
+            if phase is None or (phase == Phase.BOUND and node_name == entry.node):
+                del self._entries[claim_uid]
+
+    def observe_claim(self, claim: Mapping[str, Any] | None, *, deleted: bool = False) -> None:
+        """observe() for a raw claim object from an informer event."""
+        if claim is None:
+            return
+        uid = (claim.get("metadata") or {}).get("uid", "")
+        status = claim.get("status") or {}
+        self.observe(uid, None if deleted else status.get("phase"), status.get("nodeName"))
+
+    def get(self, claim_uid: str) -> InFlight | None:
+        with self.lock:
+            entry = self._entries.get(claim_uid)
+            if entry is not None and entry.expires <= self._clock():
+                del self._entries[claim_uid]
+                return None
+            return entry
+
+    def usage(self, exclude: Collection[str] = ()) -> dict[str, dict[str, int]]:
+        """resource -> node -> GPUs in flight, without claims in `exclude`."""
+        with self.lock:
+            self._prune()
+            out: dict[str, dict[str, int]] = {}
+            for uid, e in self._entries.items():
+                if uid in exclude:
+                    continue
+                per_node = out.setdefault(e.resource, {})
+                per_node[e.node] = per_node.get(e.node, 0) + e.count
+            return out
+
+    def __len__(self) -> int:
+        with self.lock:
+            self._prune()
+            return len(self._entries)
+
+    def _prune(self) -> None:
+        now = self._clock()
+        expired = [uid for uid, e in self._entries.items() if e.expires <= now]
+        for uid in expired:
+            del self._entries[uid]
+
+
+# --- used capacity from informer objects ------------------------------------
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) -> tuple[str, str, int] | None:
+    """(node, resource, count) a Bound claim holds, or None.
+
+    A claim whose class is gone still holds its GPUs; it is counted against
+    DEFAULT_RESOURCE_NAME, the only resource we can guess for it.
+    """
+    status = claim.get("status") or {}
+    node = status.get("nodeName")
+    if status.get("phase") != Phase.BOUND or not node:
+        return None
+    spec = claim.get("spec") or {}
+    count = spec.get("count")
+    if not isinstance(count, int) or count <= 0:
+        return None
+    return node, resource_of_class.get(spec.get("className", ""), DEFAULT_RESOURCE_NAME), count
+
+
+def pod_holds_node(pod: Mapping[str, Any]) -> bool:
+    """Bound to a node and not finished: its containers' requests count."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in _FINISHED
+
+
+def pod_request(pod: Mapping[str, Any], resource: str) -> int:
+    """The pod's effective request of `resource`, as the scheduler counts it
+    (component-helpers PodRequests): the sum over containers and sidecars,
+    or the largest init container plus the sidecars started before it, if
+    larger; plus overhead. Requests default to limits, as the API server
+    defaults them for extended resources."""
+    spec = pod.get("spec") or {}
+    total = sum(_container_request(c, resource) for c in spec.get("containers") or ())
+    sidecars = 0
+    init_peak = 0
+    for c in spec.get("initContainers") or ():
+        amount = _container_request(c, resource)
+        if c.get("restartPolicy") == "Always":
+            total += amount
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, amount + sidecars)
+    total = max(total, init_peak)
+    overhead = parse_quantity((spec.get("overhead") or {}).get(resource)) or 0
+    return total + overhead
+
+
+def pod_usage(pod: Mapping[str, Any], resources: Iterable[str]) -> Iterator[tuple[str, str, int]]:
+    """(node, resource, count) for each resource the pod requests, if it is
+    on a node and not finished. Whether claims already account for the pod
+    is the caller's question (`used_capacity` skips pods a claim reserves)."""
+    if not pod_holds_node(pod):
+        return
+    node = pod["spec"]["nodeName"]
+    for resource in resources:
+        amount = pod_request(pod, resource)
+        if amount > 0:
+            yield node, resource, amount
+
+
+def used_capacity(
+    claims: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    resource_of_class: Mapping[str, str],
+) -> dict[str, dict[str, int]]:
+    """resource -> node -> GPUs used by Bound claims and by pods whose GPUs
+    no claim accounts for. Pure.
+
+    A pod's container requests are skipped only when a claim reserves it:
+    then the claim is what holds its GPUs. A pod that names claims in its
+    annotation but that no claim reserves (never released by us, or its
+    claims' writes not seen yet) counts by its requests, erring towards
+    GPUs left idle rather than a node overcommitted.
+    """
+    out: dict[str, dict[str, int]] = {}
+    reserved_pods: set[str] = set()
+    for claim in claims:
+        for ref in (claim.get("status") or {}).get("reservedFor") or ():
+            reserved_pods.add(ref.get("uid", ""))
+        held = claim_usage(claim, resource_of_class)
+        if held is not None:
+            node, resource, count = held
+            per_node = out.setdefault(resource, {})
+            per_node[node] = per_node.get(node, 0) + count
+    resources = set(resource_of_class.values()) | {DEFAULT_RESOURCE_NAME}
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("uid") in reserved_pods:
+            continue
+        for node, resource, amount in pod_usage(pod, resources):
+            per_node = out.setdefault(resource, {})
+            per_node[node] = per_node.get(node, 0) + amount
+    return out
+
+
+def combine(*usages: Usage) -> dict[str, Mapping[str, int]]:
+    """The sum of several usage maps. The first is shallow-copied, so a large
+    base index plus a small in-flight map costs one copy per resource that
+    the small map touches."""
+    if not usages:
+        return {}
+    base, *rest = usages
+    out: dict[str, Mapping[str, int]] = dict(base)
+    copied: dict[str, dict[str, int]] = {}
+    for extra in rest:
+        for resource, per_node in extra.items():
+            if not per_node:
+                continue
+            target = copied.get(resource)
+            if target is None:
+                target = copied[resource] = dict(out.get(resource, {}))
+                out[resource] = target
+            for node, count in per_node.items():
+                target[node] = target.get(node, 0) + count
+    return out
+
+
+def _container_request(container: Mapping[str, Any], resource: str) -> int:
+    resources = container.get("resources") or {}
+    value = (resources.get("requests") or {}).get(resource)
+    if value is None:
+        value = (resources.get("limits") or {}).get(resource)
+    return parse_quantity(value) or 0
