@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from tests.helpers import wait_for
 from workqueue import Queue
 from workqueue.queue import GetResult
@@ -83,6 +85,7 @@ def test_get_blocks_until_an_item_is_added() -> None:
     got: list[GetResult[str]] = []
     getter = threading.Thread(target=lambda: got.append(q.get()))
     getter.start()
+    # _idle_getters counts getters parked in get(): the one observable sign of blocking.
     wait_for(lambda: q._idle_getters == 1, timeout=5, message="the getter to block")
     assert got == []
 
@@ -185,6 +188,12 @@ def test_shut_down_ends_a_drain_that_is_waiting() -> None:
     drainer.join(timeout=5)
 
     assert not drainer.is_alive()
+
+
+@pytest.mark.parametrize("period", [0, -0.5], ids=["zero", "negative"])
+def test_a_queue_refuses_an_update_period_that_is_not_positive(period: float) -> None:
+    with pytest.raises(ValueError):
+        Queue("pods", unfinished_work_update_period=period)
 
 
 def test_a_queue_without_metrics_starts_no_thread() -> None:

@@ -66,6 +66,8 @@ class Queue(Generic[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
     ) -> None:
+        if not unfinished_work_update_period > 0:
+            raise ValueError("unfinished_work_update_period must be positive")
         self._lock = threading.Lock()
         # Getters wait here for an item; shut_down_with_drain waits here for
         # processing to empty.
