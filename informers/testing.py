@@ -67,7 +67,7 @@ class FakeWatch:
                     if src._ended.get(self):
                         del src._ended[self]
                         return
-                    if src._compacted > self._rv:
+                    if src._compacted > self._rv or src._expired.pop(self, False):
                         # The window moved past us while we were watching.
                         event: tuple[str, KubeObject] = (
                             ERROR,
@@ -103,6 +103,7 @@ class FakeListerWatcher:
         self._watches: set[FakeWatch] = set()
         self._ended: dict[FakeWatch, bool] = {}
         self._broken: dict[FakeWatch, bool] = {}
+        self._expired: dict[FakeWatch, bool] = {}
         self._list_errors: deque[Exception] = deque()
         self._watch_errors: deque[Exception] = deque()
         self.list_calls: list[ListCall] = []
@@ -186,6 +187,14 @@ class FakeListerWatcher:
         with self._cond:
             for w in self._watches:
                 self._ended[w] = True
+            self._cond.notify_all()
+
+    def expire_watches(self) -> None:
+        """End every open watch with a 410 ERROR event, as a watch cache that
+        dropped their resourceVersion would."""
+        with self._cond:
+            for w in self._watches:
+                self._expired[w] = True
             self._cond.notify_all()
 
     def break_watches(self) -> None:

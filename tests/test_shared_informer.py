@@ -1,0 +1,314 @@
+"""Shared informers: handlers in order on their own threads, sync state, resync, tombstones.
+
+The first part runs informers over an in-memory lister-watcher; the tests
+marked ``plane`` run them against the real API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterator
+
+import pytest
+
+from informers.clock import FakeClock
+from informers.objects import DeletedFinalStateUnknown, KubeObject
+from informers.processor import EventHandlerFuncs
+from informers.shared_informer import SharedInformer
+from informers.testing import FakeListerWatcher, make_object
+from informers.transforms import strip_managed_fields
+from tests.helpers import wait_for
+
+
+class Recording:
+    """An EventHandler that remembers what it got; optionally blocks on a gate."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+        self.gate = gate
+        self.entered = threading.Event()
+
+    def _wait(self) -> None:
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(30), "the test never opened the gate"
+
+    def on_add(self, obj: KubeObject, is_in_initial_list: bool) -> None:
+        self._wait()
+        self.events.append(("add", obj, is_in_initial_list))
+
+    def on_update(self, old: KubeObject, new: KubeObject) -> None:
+        self._wait()
+        self.events.append(("update", old, new))
+
+    def on_delete(self, obj: KubeObject | DeletedFinalStateUnknown) -> None:
+        self._wait()
+        self.events.append(("delete", obj, None))
+
+    def summary(self) -> list[tuple[str, str]]:
+        out = []
+        for kind, a, b in self.events:
+            obj = b if kind == "update" else a
+            name = obj.key if isinstance(obj, DeletedFinalStateUnknown) else obj["metadata"]["name"]
+            out.append((kind, name))
+        return out
+
+
+@pytest.fixture
+def lw() -> FakeListerWatcher:
+    return FakeListerWatcher()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_informer(lw: FakeListerWatcher, clock: FakeClock) -> Iterator[Any]:
+    made: list[SharedInformer] = []
+
+    def make(**kwargs: Any) -> SharedInformer:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("rand", lambda: 0.0)
+        inf = SharedInformer(lw, name="test", **kwargs)
+        made.append(inf)
+        return inf
+
+    yield make
+    for inf in made:
+        inf.stop()
+        assert not any(t.is_alive() for t in inf._threads), "an informer thread survived stop"
+
+
+def seed(lw: FakeListerWatcher, n: int) -> None:
+    for i in range(n):
+        lw.add(make_object(f"o{i:03d}", f"ns{i % 3}"))
+
+
+def test_every_handler_gets_every_event_in_order(lw: FakeListerWatcher, make_informer: Any) -> None:
+    seed(lw, 2)
+    inf = make_informer()
+    a, b = Recording(), Recording()
+    inf.add_event_handler(a)
+    inf.add_event_handler(b)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    lw.add(make_object("x"))
+    lw.modify(make_object("x", data={"k": "v"}))
+    lw.delete("default/x")
+    expected = [("add", "o000"), ("add", "o001"), ("add", "x"), ("update", "x"), ("delete", "x")]
+    for h in (a, b):
+        wait_for(lambda: len(h.events) == 5, message=lambda: f"{h.summary()}")
+        assert sorted(h.summary()[:2]) == expected[:2]
+        assert h.summary()[2:] == expected[2:]
+
+
+def test_a_slow_handler_delays_neither_the_watch_nor_other_handlers(
+    lw: FakeListerWatcher, make_informer: Any
+) -> None:
+    inf = make_informer()
+    gate = threading.Event()
+    slow, fast = Recording(gate), Recording()
+    slow_reg = inf.add_event_handler(slow)
+    inf.add_event_handler(fast)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    for i in range(50):
+        lw.add(make_object(f"p{i}"))
+    wait_for(lambda: len(fast.events) == 50, message="the fast handler to get everything")
+    wait_for(lambda: len(inf.indexer) == 50, message="the cache to fill")
+    assert slow.entered.is_set() and slow.events == []
+    assert inf.last_sync_resource_version == str(lw.resource_version)
+    gate.set()
+    wait_for(lambda: len(slow.events) == 50)
+    assert slow.summary() == fast.summary()
+    assert slow_reg.delivered == 50
+
+
+def test_a_late_handler_gets_the_cache_as_initial_adds_and_syncs_only_after_them(
+    lw: FakeListerWatcher, make_informer: Any
+) -> None:
+    seed(lw, 30)
+    inf = make_informer()
+    inf.start()
+    assert inf.wait_for_sync(10)
+    gate = threading.Event()
+    late = Recording(gate)
+    reg = inf.add_event_handler(late)
+    late.entered.wait(10)
+    assert inf.has_synced() and not reg.has_synced()
+    gate.set()
+    assert reg.wait_for_sync(10)
+    assert len(late.events) == 30
+    assert all(kind == "add" and initial for kind, _, initial in late.events)
+    lw.add(make_object("after"))
+    wait_for(lambda: len(late.events) == 31)
+    assert late.events[-1][2] is False, "a watch add is not part of the initial list"
+
+
+def test_a_handler_is_synced_only_after_it_handled_the_first_list(
+    lw: FakeListerWatcher, make_informer: Any
+) -> None:
+    seed(lw, 10)
+    inf = make_informer()
+    gate = threading.Event()
+    h = Recording(gate)
+    reg = inf.add_event_handler(h)
+    inf.start()
+    assert inf.wait_for_sync(10), "the cache is filled whatever the handler does"
+    assert not reg.has_synced()
+    gate.set()
+    assert reg.wait_for_sync(10)
+    assert len(h.events) == 10
+
+
+def test_a_failing_handler_is_logged_and_counted_and_keeps_receiving(
+    lw: FakeListerWatcher, make_informer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    reported: list[tuple[str, str]] = []
+    inf = make_informer(on_handler_error=lambda name, e: reported.append((name, str(e))))
+    got: list[str] = []
+
+    def add(obj: KubeObject) -> None:
+        if obj["metadata"]["name"] == "bad":
+            raise RuntimeError("boom")
+        got.append(obj["metadata"]["name"])
+
+    reg = inf.add_event_handler(EventHandlerFuncs(add=add), name="picky")
+    inf.start()
+    assert inf.wait_for_sync(10)
+    with caplog.at_level(logging.ERROR):
+        for name in ("a", "bad", "c"):
+            lw.add(make_object(name))
+        wait_for(lambda: got == ["a", "c"], message=lambda: f"{got}")
+    assert reg.errors == 1 and inf.handler_errors == 1
+    assert reported == [("picky", "boom")]
+    assert "picky" in caplog.text and "boom" in caplog.text
+
+
+def test_deletes_missed_while_disconnected_reach_handlers_as_tombstones(
+    lw: FakeListerWatcher, make_informer: Any, clock: FakeClock
+) -> None:
+    seed(lw, 5)
+    inf = make_informer()
+    h = Recording()
+    inf.add_event_handler(h)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    lw.change_silently(delete=["ns1/o001", "ns0/o003"], upsert=[make_object("o004", "ns1", data={"k": "2"})])
+    clock.wait_for_sleepers()
+    clock.step(2)
+    wait_for(lambda: len(h.events) == 5 + 3, message=lambda: f"{h.summary()}")
+    deletes = [obj for kind, obj, _ in h.events if kind == "delete"]
+    assert sorted(d.key for d in deletes) == ["ns0/o003", "ns1/o001"]
+    assert all(isinstance(d, DeletedFinalStateUnknown) for d in deletes)
+    updates = [(old, new) for kind, old, new in h.events if kind == "update"]
+    assert len(updates) == 1, "unchanged objects are not redelivered by a relist"
+    assert updates[0][1]["data"] == {"k": "2"}
+    assert sorted(inf.indexer.list_keys()) == sorted(lw.objects())
+
+
+def test_resync_replays_the_cache_to_the_handler_that_asked_for_it_only(
+    lw: FakeListerWatcher, make_informer: Any, clock: FakeClock
+) -> None:
+    seed(lw, 6)
+    inf = make_informer()
+    every_30s, never = Recording(), Recording()
+    inf.add_event_handler(every_30s, resync_period=30)
+    inf.add_event_handler(never)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    wait_for(lambda: len(every_30s.events) == 6 and len(never.events) == 6)
+    lists = len(lw.list_calls)
+    clock.wait_for_sleepers()
+    clock.step(29)
+    assert len(every_30s.events) == 6
+    clock.step(1)
+    wait_for(lambda: len(every_30s.events) == 12, message=lambda: f"{every_30s.summary()}")
+    resynced = every_30s.events[6:]
+    assert all(kind == "update" and old is new for kind, old, new in resynced)
+    assert len(lw.list_calls) == lists, "a resync replays the cache; it does not ask the API"
+    # The other handler got nothing; prove delivery is not merely slow.
+    lw.add(make_object("marker"))
+    wait_for(lambda: len(never.events) == 7)
+    assert never.summary()[-1] == ("add", "marker")
+    assert [k for k, _, _ in never.events].count("update") == 0
+
+
+def test_a_resync_period_below_a_second_is_raised_to_one(
+    lw: FakeListerWatcher, make_informer: Any, clock: FakeClock
+) -> None:
+    lw.add(make_object("a"))
+    inf = make_informer()
+    h = Recording()
+    inf.add_event_handler(h, resync_period=0.01)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    wait_for(lambda: len(h.events) == 1)
+    (deadline,) = clock.wait_for_sleepers()
+    assert deadline is not None and deadline - clock.monotonic() == pytest.approx(1.0)
+
+
+def test_transform_strips_managed_fields_before_anything_sees_the_object(
+    lw: FakeListerWatcher, make_informer: Any
+) -> None:
+    lw.add({"metadata": {"name": "a", "namespace": "d", "managedFields": [{"manager": "x"}]}})
+    inf = make_informer(transform=strip_managed_fields)
+    h = Recording()
+    inf.add_event_handler(h)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    lw.add({"metadata": {"name": "b", "namespace": "d", "managedFields": [{"manager": "x"}]}})
+    wait_for(lambda: len(h.events) == 2)
+    assert all("managedFields" not in o["metadata"] for o in inf.indexer.list())
+    assert all("managedFields" not in obj["metadata"] for _, obj, _ in h.events)
+
+
+def test_indexes_added_after_start_answer_queries(lw: FakeListerWatcher, make_informer: Any) -> None:
+    for i in range(6):
+        lw.add(make_object(f"p{i}", spec={"nodeName": f"n{i % 2}"}))
+    inf = make_informer()
+    inf.start()
+    assert inf.wait_for_sync(10)
+    inf.add_indexers({"node": lambda o: [o["spec"]["nodeName"]]})
+    assert sorted(o["metadata"]["name"] for o in inf.indexer.by_index("node", "n0")) == ["p0", "p2", "p4"]
+    lw.modify(make_object("p0", spec={"nodeName": "n1"}))
+    wait_for(lambda: len(inf.indexer.by_index("node", "n1")) == 4)
+
+
+def test_handlers_receive_the_cached_objects_themselves(lw: FakeListerWatcher, make_informer: Any) -> None:
+    # The documented read-only contract: no copies are made for handlers.
+    lw.add(make_object("a"))
+    inf = make_informer()
+    h = Recording()
+    inf.add_event_handler(h)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    wait_for(lambda: len(h.events) == 1)
+    assert h.events[0][1] is inf.indexer.get_by_key("default/a")
+
+
+def test_a_removed_handler_gets_nothing_more(lw: FakeListerWatcher, make_informer: Any) -> None:
+    inf = make_informer()
+    gone, kept = Recording(), Recording()
+    reg = inf.add_event_handler(gone)
+    inf.add_event_handler(kept)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    lw.add(make_object("a"))
+    wait_for(lambda: len(gone.events) == 1)
+    reg.remove()
+    lw.add(make_object("b"))
+    wait_for(lambda: len(kept.events) == 2)
+    assert gone.summary() == [("add", "a")]
+
+
+def test_stop_ends_every_thread_even_with_a_stuck_watch(lw: FakeListerWatcher, make_informer: Any) -> None:
+    inf = make_informer()
+    inf.add_event_handler(Recording())
+    inf.start()
+    assert inf.wait_for_sync(10)
+    inf.stop(timeout=5)
+    assert not any(t.is_alive() for t in inf._threads)
