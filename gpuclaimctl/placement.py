@@ -38,6 +38,8 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
+import bisect
+import math
 import re
 import threading
 
@@ -246,67 +248,103 @@ class PodInfo:
 
 @dataclass(frozen=True)
 class _Offer:
-    """The nodes offering one class: every such node by name, and the Ready,
-    uncordoned ones as (name, allocatable of the class's resource, node),
-    sorted by name so that ties break by name."""
+    """The nodes offering every class of a set of classes."""
 
+    # Every such node, by name and sorted by name.
     nodes: Mapping[str, NodeInfo]
+    ordered: tuple[NodeInfo, ...]
+    # The Ready, uncordoned ones as (name, allocatable of the first class's
+    # resource, node), sorted by name so that ties break by name.
     usable: tuple[tuple[str, int, NodeInfo], ...]
+    # The others: not Ready or cordoned.
+    idle: tuple[NodeInfo, ...]
 
 
 class Cluster:
     """Nodes and classes at one moment. Immutable; derive a new one with
-    `with_node` and friends. Per-class node indexes are built on first use
-    (O(nodes)) and shared by every decision made on this snapshot."""
+    `with_node` and friends. Node indexes per class (and per combination of
+    classes a set asks for) are built on first use, O(nodes), and shared by
+    every decision made on this snapshot."""
 
     __slots__ = ("nodes", "classes", "_offers", "_lock")
 
     def __init__(self, nodes: Iterable[NodeInfo], classes: Iterable[ClassInfo]) -> None:
         self.nodes: Mapping[str, NodeInfo] = {n.name: n for n in nodes}
         self.classes: Mapping[str, ClassInfo] = {c.name: c for c in classes}
-        self._offers: dict[str, _Offer] = {}
+        self._offers: dict[tuple[str, ...], _Offer] = {}
         self._lock = threading.Lock()
 
-    def offer(self, class_name: str) -> _Offer:
-        got = self._offers.get(class_name)
+    def offer(self, class_names: tuple[str, ...]) -> _Offer:
+        """The nodes offering all of `class_names` (sorted, existing)."""
+        got = self._offers.get(class_names)
         if got is not None:
             return got
-        cls = self.classes[class_name]
-        nodes = {name: n for name, n in self.nodes.items() if cls.offered_by(n)}
-        usable = tuple(
-            (name, n.allocatable[cls.resource_name], n)
-            for name, n in sorted(nodes.items())
-            if n.ready and not n.unschedulable
-        )
-        built = _Offer(nodes, usable)
+        if len(class_names) == 1:
+            cls = self.classes[class_names[0]]
+            ordered = tuple(n for _, n in sorted((k, n) for k, n in self.nodes.items() if cls.offered_by(n)))
+        else:
+            parts = [self.offer((name,)) for name in class_names]
+            smallest = min(parts, key=lambda o: len(o.nodes))
+            ordered = tuple(n for n in smallest.ordered if all(n.name in p.nodes for p in parts))
+        built = self._index(class_names, ordered)
         with self._lock:
-            return self._offers.setdefault(class_name, built)
+            return self._offers.setdefault(class_names, built)
+
+    def _index(self, class_names: tuple[str, ...], ordered: tuple[NodeInfo, ...]) -> _Offer:
+        resource = self.classes[class_names[0]].resource_name
+        usable = tuple(
+            (n.name, n.allocatable.get(resource, 0), n) for n in ordered if n.ready and not n.unschedulable
+        )
+        idle = tuple(n for n in ordered if not n.ready or n.unschedulable)
+        return _Offer({n.name: n for n in ordered}, ordered, usable, idle)
 
     def warm(self) -> None:
         """Build every class's index now rather than in the first decision."""
         for name in self.classes:
-            self.offer(name)
+            self.offer((name,))
 
     def with_node(self, node: NodeInfo) -> Cluster:
-        return Cluster({**self.nodes, node.name: node}.values(), self.classes.values())
+        """This snapshot with `node` added or replaced. The same snapshot if
+        nothing placement reads has changed (a heartbeat, say), so callers
+        can pass every node event through without cost."""
+        if self.nodes.get(node.name) == node:
+            return self
+        return self._patched({**self.nodes, node.name: node}, node.name)
 
     def without_node(self, name: str) -> Cluster:
-        return Cluster((n for n in self.nodes.values() if n.name != name), self.classes.values())
+        if name not in self.nodes:
+            return self
+        nodes = dict(self.nodes)
+        del nodes[name]
+        return self._patched(nodes, name)
+
+    def _patched(self, nodes: dict[str, NodeInfo], changed: str) -> Cluster:
+        # Patch the built indexes for one node instead of rebuilding them:
+        # O(nodes) copies without the sort and the class selector checks.
+        out = Cluster((), self.classes.values())
+        out.nodes = nodes
+        new = nodes.get(changed)
+        for key, offer in self._offers.items():
+            ordered = [n for n in offer.ordered if n.name != changed]
+            if new is not None and all(self.classes[c].offered_by(new) for c in key):
+                bisect.insort(ordered, new, key=lambda n: n.name)
+            out._offers[key] = out._index(key, tuple(ordered))
+        return out
 
     def with_class(self, cls: ClassInfo) -> Cluster:
         out = Cluster((), {**self.classes, cls.name: cls}.values())
-        self._share_nodes(out, keep=lambda c: c != cls.name)
+        self._share_nodes(out, cls.name)
         return out
 
     def without_class(self, name: str) -> Cluster:
         out = Cluster((), (c for c in self.classes.values() if c.name != name))
-        self._share_nodes(out, keep=lambda c: c != name)
+        self._share_nodes(out, name)
         return out
 
-    def _share_nodes(self, out: Cluster, keep: Any) -> None:
-        # Same nodes: indexes of the other classes stay valid.
+    def _share_nodes(self, out: Cluster, changed: str) -> None:
+        # Same nodes: indexes not involving the changed class stay valid.
         out.nodes = self.nodes
-        out._offers = {k: v for k, v in self._offers.items() if keep(k)}
+        out._offers = {k: v for k, v in self._offers.items() if changed not in k}
 
 
 # --- decision ---------------------------------------------------------------
@@ -624,136 +662,173 @@ class _Placer:
         return (frac, -free_after)
 
     def search(self, moved_from_cordon: Sequence[str]) -> Decision:
-        """Every node offering all the set's classes competes."""
+        """Every node offering all the set's classes competes. The hot loop
+        of the controller: capacity first (cheapest, and in a busy cluster
+        the test most nodes fail), the pod's rules only for a node that
+        would beat the best so far."""
         need = self.need_on("")  # nothing stays: every claim needs GPUs
-        class_names = sorted({c.class_name for c in self.claims})
-        offers = [self.cluster.offer(n) for n in class_names]
-        base = min(offers, key=lambda o: len(o.usable))
-        others = [o.nodes for o in offers if o is not base]
-        rules = self.pod.rules
+        class_names = tuple(sorted({c.class_name for c in self.claims}))
+        offer = self.cluster.offer(class_names)
+        admits = self.pod.rules.admits
         rejected = self.rejected
         spread = self.strategy is Strategy.SPREAD
-        best_key: tuple[float, int] | None = None
+        # Best so far, larger is better: (fraction allocated afterwards,
+        # GPUs left free afterwards), each negated as the strategy wants.
+        best_frac = best_slack = -math.inf
         best_name = ""
 
-        if len(need) == 1 and not others:
-            # The common case, kept tight: one resource, one class.
+        if len(need) == 1:
+            # The common case, kept tight: one resource, whose allocatable
+            # the index holds.
             ((resource, n),) = need.items()
             use = self.used.get(resource, _NO_USE).get
-            for name, alloc, node in base.usable:
+            for name, alloc, node in offer.usable:
                 after = use(name, 0) + n
                 if after > alloc:
                     continue
-                frac = after / alloc
-                key = (-frac, alloc - after) if spread else (frac, after - alloc)
-                if best_key is not None and key <= best_key:
+                if spread:
+                    frac, slack = -after / alloc, alloc - after
+                else:
+                    frac, slack = after / alloc, after - alloc
+                if frac < best_frac or (frac == best_frac and slack <= best_slack):
                     continue
-                if name in rejected or not rules.admits(name, node.labels, node.blocking_taints):
+                if (rejected and name in rejected) or not admits(name, node.labels, node.blocking_taints):
                     continue
-                best_key, best_name = key, name
+                best_frac, best_slack, best_name = frac, slack, name
         else:
-            for name, _, node in base.usable:
-                if others and not all(name in o for o in others):
-                    continue
-                if any(self.free(node, r) < n for r, n in need.items()):
-                    continue
-                key = self.score(node, need)
-                if best_key is not None and key <= best_key:
-                    continue
-                if name in rejected or not rules.admits(name, node.labels, node.blocking_taints):
-                    continue
-                best_key, best_name = key, name
+            checks = [(r, n, self.used.get(r, _NO_USE).get) for r, n in sorted(need.items())]
+            for name, _, node in offer.usable:
+                allocatable = node.allocatable
+                total = 0.0
+                free_after = 0
+                for r, n, use in checks:
+                    alloc = allocatable.get(r, 0)
+                    after = use(name, 0) + n
+                    if after > alloc:
+                        break
+                    total += after / alloc
+                    free_after += alloc - after
+                else:
+                    frac = total / len(checks)
+                    if spread:
+                        frac, slack = -frac, free_after
+                    else:
+                        slack = -free_after
+                    if frac < best_frac or (frac == best_frac and slack <= best_slack):
+                        continue
+                    if (rejected and name in rejected) or not admits(name, node.labels, node.blocking_taints):
+                        continue
+                    best_frac, best_slack, best_name = frac, slack, name
 
-        if best_key is not None:
+        if best_name:
             return self.placed(best_name, f"{self.set_desc} placed on node {best_name}")
-        return self.explain(offers, class_names, need, moved_from_cordon)
+        return self.explain(offer, class_names, need, moved_from_cordon)
 
     def explain(
         self,
-        offers: list[_Offer],
-        class_names: list[str],
+        offer: _Offer,
+        class_names: tuple[str, ...],
         need: Mapping[str, int],
         moved_from_cordon: Sequence[str],
     ) -> Waiting:
-        """Why no node fits: the most useful of the reasons, with counts."""
-        empty = [cn for cn, o in zip(class_names, offers) if not o.nodes]
-        if empty:
+        """Why no node fits: the most useful of the reasons, with counts.
+
+        Retried for every waiting pod whenever a node or claim changes, so
+        it is kept to one cheap pass over the nodes; the pod's rules are
+        checked only on nodes with room, on the fullest few, and until one
+        node admits the pod.
+        """
+        if not offer.nodes:
+            empty = [cn for cn in class_names if not self.cluster.offer((cn,)).nodes]
+            if empty:
+                return self.wait(WaitReason.CAPACITY, f"{self.set_desc}: no node offers GPUClass {', '.join(empty)}")
             return self.wait(
-                WaitReason.CAPACITY,
-                f"{self.set_desc}: no node offers GPUClass {', '.join(empty)}",
+                WaitReason.CAPACITY, f"{self.set_desc}: no single node offers all of GPUClass {', '.join(class_names)}"
             )
-        base = min(offers, key=lambda o: len(o.nodes))
-        universe = [
-            base.nodes[name] for name in sorted(base.nodes) if all(name in o.nodes for o in offers)
-        ]
         classes = "GPUClass " + ", ".join(class_names)
-        if not universe:
-            return self.wait(
-                WaitReason.CAPACITY,
-                f"{self.set_desc}: no single node offers all of {classes}",
-            )
+        admits = self.pod.rules.admits
+        rejected = self.rejected
+        checks = [(r, n, self.used.get(r, _NO_USE).get) for r, n in sorted(need.items())]
 
-        rules = self.pod.rules
-        mismatches: Counter[Mismatch] = Counter()
-        example_taint: Taint | None = None
-        state: Counter[str] = Counter()
-        roomy_but = Counter[str]()
-        roomy_excluded = 0
-        most_free: tuple[int, str] | None = None
-        for node in universe:
-            name = node.name
-            room = all(self.free(node, r) >= n for r, n in need.items())
-            mismatch = rules.mismatch(name, node.labels, node.blocking_taints)
-            if mismatch is not None:
-                mismatches[mismatch] += 1
-                roomy_excluded += room
-                if mismatch is Mismatch.TAINT and example_taint is None:
-                    example_taint = untolerated_taint(rules.tolerations, node.blocking_taints)
-                continue
-            if not node.ready:
-                what = "not Ready"
-            elif node.unschedulable:
-                what = "cordoned"
-            elif name in self.rejected:
-                what = "rejected"
+        # One pass: every node that is Ready and uncordoned either has room
+        # (then the pod's rules or a rejection kept it out) or not (then it
+        # is filed by how many GPUs it has free).
+        roomy: list[tuple[str, NodeInfo]] = []
+        by_free: dict[int, list[NodeInfo]] = {}
+        full = n_rejected = 0
+        single = len(checks) == 1
+        _, n0, use0 = checks[0]
+        for name, alloc, node in offer.usable:
+            if single:
+                free = alloc - use0(name, 0) - n0
             else:
-                what = "full"
-                free = min(self.free(node, r) for r in need)
-                if most_free is None or free > most_free[0]:
-                    most_free = (free, name)
-            state[what] += 1
-            if room:
-                roomy_but[what] += 1
+                free = min(node.allocatable.get(r, 0) - use(name, 0) - n for r, n, use in checks)
+            if rejected and name in rejected:
+                n_rejected += 1
+                if free >= 0:
+                    roomy.append(("rejected", node))
+            elif free >= 0:
+                roomy.append(("excluded", node))
+            else:
+                full += 1
+                bucket = by_free.get(free)
+                if bucket is None:
+                    by_free[free] = [node]
+                else:
+                    bucket.append(node)
+        n_not_ready = n_cordoned = 0
+        for node in offer.idle:
+            what = "not Ready" if not node.ready else "cordoned"
+            if what == "cordoned":
+                n_cordoned += 1
+            else:
+                n_not_ready += 1
+            if all(node.allocatable.get(r, 0) - use(node.name, 0) >= n for r, n, use in checks):
+                roomy.append((what, node))
 
-        usable = sum(state.values())
-        if usable == 0:
-            parts = [
-                f"{count} {_MISMATCH_TEXT[m]}" + (f" ({example_taint})" if m is Mismatch.TAINT and example_taint else "")
-                for m, count in sorted(mismatches.items())
-            ]
-            return self.wait(
-                WaitReason.NODE_AFFINITY,
-                f"{self.set_desc}: none of the {_nodes(len(universe))} offering {classes} suits the pod: "
-                + ", ".join(parts),
-            )
+        def usable(node: NodeInfo) -> bool:
+            return admits(node.name, node.labels, node.blocking_taints)
+
+        roomy_but: Counter[str] = Counter()
+        roomy_excluded = 0
+        for what, node in roomy:
+            if usable(node):
+                roomy_but[what] += 1
+            else:
+                roomy_excluded += 1
+        if not roomy_but and not any(usable(n) for n in offer.ordered):
+            return self.no_node_suits(offer.ordered, classes)
         if roomy_but["rejected"]:
-            names = [n.name for n in universe if n.name in self.rejected]
+            names = [n.name for w, n in roomy if w == "rejected"]
             return self.wait(WaitReason.NODE_REJECTED, self.rejected_message(self.set_desc, names))
 
-        needs = ", ".join(f"{n} {r}" for r, n in sorted(need.items()))
+        needs = ", ".join(f"{n} {r}" for r, n, _ in checks)
         counts = ", ".join(
-            f"{state[w]} {label}"
-            for w, label in (
-                ("full", "without enough free GPUs"),
-                ("not Ready", "not Ready"),
-                ("cordoned", "cordoned"),
-                ("rejected", "rejected for the set"),
+            f"{count} {label}"
+            for count, label in (
+                (full, "without enough free GPUs"),
+                (n_not_ready, "not Ready"),
+                (n_cordoned, "cordoned"),
+                (n_rejected, "rejected for the set"),
             )
-            if state[w]
+            if count
         )
-        detail = f"of the {_nodes(usable)} offering {classes} that the pod can use: {counts}"
-        if most_free is not None:
-            detail += f" (most free: {max(most_free[0], 0)} on {most_free[1]})"
+        detail = f"of the {_nodes(len(offer.nodes))} offering {classes}, {counts}"
+        # Bounded: a pod that few nodes admit must not make this a second
+        # full pass; past the bound the message goes without the figure.
+        budget = 256
+        for free in sorted(by_free, reverse=True):
+            candidates = by_free[free][:budget]
+            budget -= len(candidates)
+            near = next((n for n in candidates if usable(n)), None)
+            if near is not None:
+                short = ", ".join(
+                    f"{max(near.allocatable.get(r, 0) - use(near.name, 0), 0)} {r}" for r, _, use in checks
+                )
+                detail += f"; the most free on a node the pod can use: {short} on {near.name}"
+                break
+            if budget <= 0:
+                break
         if roomy_excluded:
             detail += (
                 f"; {_nodes(roomy_excluded)} with room the pod's nodeSelector, affinity or tolerations exclude"
@@ -762,11 +837,31 @@ class _Placer:
             return self.wait(
                 WaitReason.CORDONED,
                 f"{self.set_desc} must leave cordoned node {', '.join(moved_from_cordon)} (onCordon Move) "
-                f"and needs {needs} on one node: {detail}",
+                f"and needs {needs} on one node; {detail}",
             )
         if roomy_but["cordoned"]:
-            return self.wait(WaitReason.CORDONED, f"{self.set_desc} needs {needs} on one node: {detail}")
-        return self.wait(WaitReason.CAPACITY, f"{self.set_desc} needs {needs} on one node: {detail}")
+            return self.wait(WaitReason.CORDONED, f"{self.set_desc} needs {needs} on one node; {detail}")
+        return self.wait(WaitReason.CAPACITY, f"{self.set_desc} needs {needs} on one node; {detail}")
+
+    def no_node_suits(self, universe: Sequence[NodeInfo], classes: str) -> Waiting:
+        rules = self.pod.rules
+        mismatches: Counter[Mismatch] = Counter()
+        example_taint: Taint | None = None
+        for node in universe:
+            mismatch = rules.mismatch(node.name, node.labels, node.blocking_taints)
+            if mismatch is not None:
+                mismatches[mismatch] += 1
+            if mismatch is Mismatch.TAINT and example_taint is None:
+                example_taint = untolerated_taint(rules.tolerations, node.blocking_taints)
+        parts = [
+            f"{count} {_MISMATCH_TEXT[m]}" + (f" ({example_taint})" if m is Mismatch.TAINT and example_taint else "")
+            for m, count in sorted(mismatches.items())
+        ]
+        return self.wait(
+            WaitReason.NODE_AFFINITY,
+            f"{self.set_desc}: none of the {_nodes(len(universe))} offering {classes} suits the pod: "
+            + ", ".join(parts),
+        )
 
     def rejected_message(self, set_desc: str, names: Sequence[str]) -> str:
         parts = []

@@ -398,8 +398,8 @@ def test_capacity_message_says_what_is_needed_and_the_most_free() -> None:
                  used={GPU: {"node-a": 5}}))
     assert isinstance(d, Waiting)
     assert "needs 6 nvidia.com/gpu on one node" in d.message
-    assert "1 without enough free GPUs, 1 not Ready" in d.message
-    assert "most free: 3 on node-a" in d.message
+    assert "of the 2 nodes offering GPUClass a100, 1 without enough free GPUs, 1 not Ready" in d.message
+    assert "the most free on a node the pod can use: 3 nvidia.com/gpu on node-a" in d.message
     assert "GPUClaims x (3 × a100), y (3 × a100)" in d.message
 
 
@@ -548,3 +548,42 @@ def test_derived_clusters_see_node_and_class_changes() -> None:
     assert isinstance(d5, Waiting) and d5.reason is WaitReason.CLASS_NOT_FOUND
     c6 = c3.without_node("node-b")
     assert isinstance(decide(pod(), [claim()], c6, {}, NOW), Waiting)
+
+
+def test_most_free_is_reported_for_a_node_the_pod_can_use() -> None:
+    nodes = [node("node-a", labels={"z": "1"}), node("node-b", labels={"z": "2"})]
+    d = run(Case(nodes, [claim(count=6)], "Capacity", used={GPU: {"node-a": 5, "node-b": 3}},
+                 spec={"nodeSelector": {"z": "1"}}))
+    assert isinstance(d, Waiting) and d.reason is WaitReason.CAPACITY
+    assert "the most free on a node the pod can use: 3 nvidia.com/gpu on node-a" in d.message
+
+
+def test_patched_indexes_equal_indexes_built_from_scratch() -> None:
+    import random
+
+    rng = random.Random(7)
+    classes = [gpu_class("a100", selector={"p": "a"}), gpu_class("any"), gpu_class("amd", resource=AMD)]
+    keys = [("a100",), ("any",), ("amd",), ("a100", "any"), ("amd", "any")]
+
+    def random_node(i: int) -> NodeInfo:
+        return node(f"n{i:02d}", labels={"p": rng.choice("ab")}, ready=rng.random() > 0.2,
+                    cordoned=rng.random() < 0.2, resources={GPU: rng.choice([0, 8]), AMD: rng.choice([0, 4])})
+
+    cluster = Cluster([random_node(i) for i in range(30)], classes)
+    for key in keys:
+        cluster.offer(key)
+    for _ in range(60):
+        i = rng.randrange(35)
+        if rng.random() < 0.2:
+            cluster = cluster.without_node(f"n{i:02d}")
+        else:
+            cluster = cluster.with_node(random_node(i))
+        fresh = Cluster(cluster.nodes.values(), classes)
+        for key in keys:
+            assert cluster.offer(key) == fresh.offer(key), key
+
+
+def test_an_unchanged_node_keeps_the_snapshot() -> None:
+    cluster = Cluster([node("node-a")], [gpu_class()])
+    assert cluster.with_node(node("node-a")) is cluster
+    assert cluster.without_node("node-x") is cluster
