@@ -42,7 +42,7 @@ from typing import Any
 
 from gpuclaimctl.api import Phase, ReclaimPolicy, Strategy
 from gpuclaimctl.inflight import InFlightPlacements, claim_usage, combine, used_capacity
-from gpuclaimctl.nodeaffinity import PodNodeRules, Taint
+from gpuclaimctl.nodeaffinity import PodNodeRules
 from gpuclaimctl.placement import (
     ClaimState,
     ClassInfo,

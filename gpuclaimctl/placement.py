@@ -31,6 +31,10 @@ Rules, in the order they are applied:
 
 from __future__ import annotations
 
+import bisect
+import math
+import re
+import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,10 +42,6 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
-import bisect
-import math
-import re
-import threading
 
 from gpuclaimctl.api import (
     DEFAULT_RESOURCE_NAME,
@@ -417,8 +417,10 @@ def decide(
     """Place the pod's whole set of claims on one node, or say why it waits.
 
     Pure: no client, no clock, no globals. `used` must count every claim
-    Bound on a node (this set's too), the requests of running pods without
-    claims, and in-flight placements other than this set's own claims.
+    Bound on a node (this set's too), the requests of pods without claims
+    still on their node, and every in-flight placement; a claim of this set
+    with an in-flight placement is passed as Bound on that node, so it is
+    kept there rather than placed twice.
     """
     if not claims:
         raise ValueError("decide needs at least one claim")
