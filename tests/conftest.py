@@ -4,6 +4,12 @@ The plane starts with etcd and kube-apiserver the first time a test asks for
 it; kube-scheduler, kube-controller-manager and kwok start the first time a
 test asks for them (`full_plane`, `gpu_nodes`) and then keep running for the
 rest of the session. Every test gets a fresh namespace.
+
+The API server serves PodTemplates without its watch cache, straight from
+etcd (`plane.UNCACHED_RESOURCE`): use them where a test needs an etcd
+compaction to end a watch with 410 Gone. Every other resource goes through
+the watch cache, which answers old resourceVersions from its own window and
+is the only source of watch bookmarks.
 """
 
 from __future__ import annotations

@@ -48,6 +48,8 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_ANNOTATION_VALUE = "fake"
 
 SERVICE_CIDR = "10.0.0.0/24"
+UNCACHED_RESOURCE = "podtemplates"
+KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -186,6 +188,9 @@ class ControlPlane:
             f"--etcd-servers={self.etcd_endpoint}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # Nothing runs in-cluster here; the reconciler of the `kubernetes`
+            # Service's endpoints refuses a loopback address.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={p.serving_cert}",
             f"--tls-private-key-file={p.serving_key}",
@@ -200,6 +205,10 @@ class ControlPlane:
             "--max-mutating-requests-inflight=500",
             "--enable-priority-and-fairness=false",
             "--profiling=false",
+            # PodTemplates skip the watch cache and are watched straight from
+            # etcd, so tests can see what an etcd compaction does to a watch:
+            # the cache would keep serving old revisions from its own window.
+            f"--watch-cache-sizes={UNCACHED_RESOURCE}#0",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
         ]
         self._spawn(APISERVER, argv)
@@ -287,7 +296,7 @@ class ControlPlane:
             # Fake nodes have no cloud and no CIDRs; GC and the workload
             # controllers (Job, ReplicaSet, StatefulSet) are what tests use.
             "--allocate-node-cidrs=false",
-            "--controllers=*,-nodeipam,-service-lb-controller,-route,-cloud-node-lifecycle",
+            "--controllers=*,-node-ipam-controller",
             "--concurrent-gc-syncs=5",
         ]
         self._spawn(CONTROLLER_MANAGER, argv)
@@ -297,13 +306,12 @@ class ControlPlane:
         argv = [
             str(self.bin[KWOK]),
             f"--kubeconfig={self.kubeconfig}",
+            f"--config={KWOK_STAGES}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}",
-            "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
             "--cidr=10.244.0.1/16",
             "--node-ip=10.244.0.1",
             "--node-lease-duration-seconds=40",
-            "--server-address=127.0.0.1:0",
         ]
         self._spawn(KWOK, argv)
         self._wait_lease_or_log(KWOK)

@@ -1,0 +1,59 @@
+"""One raw request through the official client's configured transport.
+
+The official client gives us configuration, authentication and TLS; this
+sends a request through it and hands back status and bytes without decoding
+into models. Version 37 of the client does not raise on an error status, so
+this does, with the API server's Status message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from kubernetes import client
+
+
+class ApiError(Exception):
+    """A non-2xx answer: status code, the Status reason and its message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def request(
+    api_client: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    timeout: float = 30.0,
+) -> bytes:
+    """Send one request; return the body bytes or raise ApiError."""
+    method, url, headers, payload, post = api_client.param_serialize(
+        method, path, query_params=query or [],
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body, auth_settings=["BearerToken"],
+    )
+    resp = api_client.call_api(method, url, header_params=headers, body=payload,
+                               post_params=post, _request_timeout=timeout)
+    data: bytes = resp.read()
+    if 200 <= resp.status < 300:
+        return data
+    reason, message = "", data.decode(errors="replace")[:500]
+    try:
+        status = orjson.loads(data)
+        reason, message = str(status.get("reason", "")), str(status.get("message", message))
+    except orjson.JSONDecodeError:
+        pass
+    raise ApiError(resp.status, reason, message)
+
+
+def request_json(api_client: client.ApiClient, method: str, path: str, **kw: Any) -> Any:
+    data = request(api_client, method, path, **kw)
+    return orjson.loads(data) if data else {}
