@@ -16,7 +16,8 @@ import random
 import re
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,10 +30,12 @@ from gpuclaimctl.leaderelection import (
     LeaderElectionRecord,
     LeaderElectionUnhealthy,
     LeaderElector,
+    LeaseLock,
     LockConflictError,
     default_identity,
 )
 from metrics.leaderelection import LeaderElectionMetrics
+from tests.helpers import wait_for
 
 # ---------------------------------------------------------------------------
 # Fakes
@@ -563,3 +566,200 @@ def test_run_is_single_use(h: Harness) -> None:
     a.run(lambda stop: None, lambda: None)
     with pytest.raises(RuntimeError, match="only once"):
         a.run(lambda stop: None, lambda: None)
+
+
+# ---------------------------------------------------------------------------
+# Against the real API server
+
+
+class RecordingLock:
+    """Wraps a real LeaseLock and notes when each successful write was sent."""
+
+    def __init__(self, inner: LeaseLock) -> None:
+        self.inner = inner
+        self.writes: list[tuple[float, LeaderElectionRecord]] = []
+        self._guard = threading.Lock()
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def get(self, timeout: float) -> LeaderElectionRecord | None:
+        return self.inner.get(timeout)
+
+    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        sent = time.monotonic()
+        stored = self.inner.create(record, timeout)
+        with self._guard:
+            self.writes.append((sent, stored))
+        return stored
+
+    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        sent = time.monotonic()
+        stored = self.inner.update(record, timeout)
+        with self._guard:
+            self.writes.append((sent, stored))
+        return stored
+
+    def last_write(self) -> float:
+        with self._guard:
+            return self.writes[-1][0]
+
+
+class Leadership:
+    """Counts how many candidates lead at once."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self.current = 0
+        self.most = 0
+
+    def enter(self) -> None:
+        with self._guard:
+            self.current += 1
+            self.most = max(self.most, self.current)
+
+    def leave(self) -> None:
+        with self._guard:
+            self.current -= 1
+
+
+class Candidate:
+    """One elector on a real Lease, campaigning in its own thread."""
+
+    def __init__(self, api_client: Any, namespace: str, identity: str, leadership: Leadership,
+                 **durations: float) -> None:
+        cfg = LeaderElectionConfig("gpuclaimctl-test", namespace, identity=identity, **durations)  # type: ignore[arg-type]
+        self.lock = RecordingLock(LeaseLock(api_client, namespace, cfg.lease_name))
+        self.elector = LeaderElector(cfg, self.lock)
+        self.leadership = leadership
+        self.leading = threading.Event()
+        self.started_at = 0.0
+        self.stopped_at = 0.0
+        self.outcome: ElectionOutcome | None = None
+        self._thread = threading.Thread(target=self._run, name=f"candidate-{identity}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self.outcome = self.elector.run(self._started, self._stopped)
+
+    def _started(self, stop: threading.Event) -> None:
+        self.leadership.enter()
+        self.started_at = time.monotonic()
+        self.leading.set()
+        stop.wait()
+
+    def _stopped(self) -> None:
+        self.stopped_at = time.monotonic()
+        self.leading.clear()
+        self.leadership.leave()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        self.elector.cancel()
+        self._thread.join(timeout=30)
+        self.lock.inner.close()
+
+
+@pytest.fixture
+def candidates(api_client: Any, namespace: str) -> Iterator[Callable[..., Candidate]]:
+    made: list[Candidate] = []
+    leadership = Leadership()
+
+    def make(identity: str, **durations: float) -> Candidate:
+        c = Candidate(api_client, namespace, identity, leadership, **durations)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+    assert leadership.most <= 1, "two candidates led at the same time"
+
+
+def read_lease(api_client: Any, namespace: str) -> Any:
+    from kubernetes import client
+
+    return client.CoordinationV1Api(api_client).read_namespaced_lease("gpuclaimctl-test", namespace)
+
+
+FAST = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 1.0}
+
+
+@pytest.mark.plane
+def test_two_candidates_only_one_leads_and_a_release_hands_over_promptly(
+    api_client: Any, namespace: str, candidates: Callable[..., Candidate]
+) -> None:
+    a, b = candidates("a", **FAST), candidates("b", **FAST)
+    wait_for(lambda: a.leading.is_set() or b.leading.is_set(), timeout=20, message="a leader")
+    leader, standby = (a, b) if a.leading.is_set() else (b, a)
+    lease = read_lease(api_client, namespace)
+    assert lease.spec.holder_identity == leader.elector.config.identity
+    assert lease.spec.lease_duration_seconds == 15
+
+    # Let the leader renew twice while the standby watches.
+    first_renew = lease.spec.renew_time
+    wait_for(lambda: standby.elector.leader() == leader.elector.config.identity, timeout=10,
+             message="the standby to see the leader")
+    renewals = len(leader.lock.writes)
+    wait_for(lambda: len(leader.lock.writes) >= renewals + 2, timeout=10, message="two renewals")
+    assert read_lease(api_client, namespace).spec.renew_time != first_renew
+    assert not standby.leading.is_set()
+    assert leader.elector.is_leader() and not standby.elector.is_leader()
+
+    leader.stop()
+    assert leader.outcome is ElectionOutcome.CANCELLED
+    released_at, released = leader.lock.writes[-1]
+    assert (released.holder_identity, released.lease_duration_seconds) == ("", 1)
+    assert leader.stopped_at <= released_at  # workers stopped before the release
+
+    wait_for(standby.leading.is_set, timeout=10, message="the standby to take over")
+    handover = standby.started_at - leader.stopped_at
+    # One jittered retry at most, nowhere near the 15 s lease.
+    assert handover < FAST["retry_period"] * (1 + JITTER_FACTOR) + 1.0
+    assert read_lease(api_client, namespace).spec.holder_identity == standby.elector.config.identity
+
+
+@pytest.mark.plane
+def test_a_stolen_lease_stops_the_leader_and_is_not_taken_back(
+    api_client: Any, namespace: str, candidates: Callable[..., Candidate]
+) -> None:
+    from kubernetes import client
+
+    a = candidates("a", **FAST)
+    wait_for(a.leading.is_set, timeout=20, message="a to lead")
+    coordination = client.CoordinationV1Api(api_client)
+    lease = read_lease(api_client, namespace)
+    lease.spec.holder_identity = "intruder"
+    coordination.replace_namespaced_lease("gpuclaimctl-test", namespace, lease)
+    stolen_at = time.monotonic()
+
+    wait_for(a.done, timeout=10, message="a to stop leading")
+    assert a.outcome is ElectionOutcome.LOST
+    assert a.stopped_at - stolen_at < FAST["retry_period"] + 1.0
+    assert read_lease(api_client, namespace).spec.holder_identity == "intruder"
+
+
+@pytest.mark.plane
+def test_an_unreachable_api_server_stops_the_leader_before_its_lease_expires(
+    api_client: Any, namespace: str, control_plane: Any, candidates: Callable[..., Candidate]
+) -> None:
+    durations = {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 1.0}
+    a = candidates("a", **durations)
+    wait_for(a.leading.is_set, timeout=20, message="a to lead")
+    renewals = len(a.lock.writes)
+    wait_for(lambda: len(a.lock.writes) > renewals, timeout=10, message="a renewal")
+
+    control_plane.stop_apiserver()
+    try:
+        wait_for(a.done, timeout=30, message="a to stop leading")
+    finally:
+        control_plane.start_apiserver()
+
+    assert a.outcome is ElectionOutcome.LOST
+    last_renewal = a.lock.last_write()
+    # Stopped within the renew deadline of the last renewal (plus one
+    # request's worth of slack), so well before anyone may take over.
+    assert a.stopped_at <= last_renewal + durations["renew_deadline"] + 0.5
+    assert a.stopped_at < last_renewal + durations["lease_duration"]
