@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from informers.errors import ApiStatusError, TransportError
-from informers.listwatch import ADDED, BOOKMARK, DELETED, ERROR, MODIFIED, ListPage
+from informers.listwatch import ADDED, BOOKMARK, DELETED, ERROR, MODIFIED, ListerWatcher, ListPage, WatchStream
 from informers.objects import KubeObject, meta_namespace_key
 
 
@@ -266,6 +266,44 @@ class FakeListerWatcher:
             self._cond.notify_all()
 
 
+class GatedListerWatcher:
+    """Wraps a real or fake ``ListerWatcher``; while the gate is closed a new
+    watch waits at it, so a test can change the cluster while the reflector is
+    known to be between two watches."""
+
+    def __init__(self, inner: ListerWatcher) -> None:
+        self.inner = inner
+        self._open = threading.Event()
+        self._open.set()
+        self.waiting = threading.Event()
+        self._aborted = False
+
+    def close_gate(self) -> None:
+        self.waiting.clear()
+        self._open.clear()
+
+    def open_gate(self) -> None:
+        self._open.set()
+
+    def list_page(self, *, resource_version: str, limit: int, continue_token: str) -> ListPage:
+        return self.inner.list_page(
+            resource_version=resource_version, limit=limit, continue_token=continue_token
+        )
+
+    def watch(self, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+        if not self._open.is_set():
+            self.waiting.set()
+            self._open.wait()
+        if self._aborted:
+            raise TransportError("aborted at the gate")
+        return self.inner.watch(resource_version=resource_version, timeout_seconds=timeout_seconds)
+
+    def abort(self) -> None:
+        self._aborted = True
+        self._open.set()
+        self.inner.abort()
+
+
 def make_object(name: str, namespace: str | None = "default", **fields: object) -> KubeObject:
     """A minimal object for tests: metadata plus whatever ``fields`` add."""
     meta: dict[str, object] = {"name": name}
@@ -280,4 +318,4 @@ def make_object(name: str, namespace: str | None = "default", **fields: object) 
     return obj
 
 
-__all__ = ["FakeListerWatcher", "FakeWatch", "ListCall", "WatchCall", "gone", "make_object", "status"]
+__all__ = ["FakeListerWatcher", "FakeWatch", "GatedListerWatcher", "ListCall", "WatchCall", "gone", "make_object", "status"]

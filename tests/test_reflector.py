@@ -427,3 +427,246 @@ def test_stop_interrupts_a_backoff(lw: FakeListerWatcher, clock: FakeClock) -> N
 def test_initial_resource_version_must_be_0_or_empty(lw: FakeListerWatcher) -> None:
     with pytest.raises(ValueError):
         Reflector(lw, Recorder(), initial_resource_version="12")
+
+
+# -- against the real API server --------------------------------------------
+#
+# ConfigMaps stand in for any resource: they are cheap to make by the hundred.
+
+
+def create_config_maps(api_client: Any, namespace: str, names: list[str], workers: int = 8) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+
+    def make(name: str) -> None:
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": {"v": "1"}})
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(make, names))
+
+
+def fresh_state(api_client: Any, namespace: str) -> dict[str, str]:
+    """key → resourceVersion of every ConfigMap in ``namespace``, read from the server now."""
+    from kubernetes import client
+
+    items = client.CoreV1Api(api_client).list_namespaced_config_map(namespace).items
+    return {f"{namespace}/{c.metadata.name}": c.metadata.resource_version for c in items}
+
+
+def cache_state(indexer: Indexer) -> dict[str, str]:
+    return {indexer.key_of(o): o["metadata"]["resourceVersion"] for o in indexer.list()}
+
+
+def config_map_lw(api_client: Any, namespace: str) -> Any:
+    from informers.api import RawClient, ResourceListerWatcher
+    from informers.resource import CONFIG_MAPS
+
+    return ResourceListerWatcher(RawClient(api_client), CONFIG_MAPS, namespace=namespace)
+
+
+def compact_like_the_apiserver(etcd_endpoint: str) -> int:
+    """Compact etcd the way kube-apiserver's own compactor does.
+
+    Besides compacting, it records the revision under ``compact_rev_key``:
+    that key is how the API server (and its watch cache's list snapshots)
+    learns of a compaction; a bare compaction goes unnoticed by the caches.
+    """
+    import base64
+    import json
+    import urllib.request
+
+    def post(path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            etcd_endpoint + path, data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            result: dict[str, Any] = json.loads(resp.read())
+            return result
+
+    key = base64.b64encode(b"compact_rev_key").decode()
+    current = post("/v3/kv/range", {"key": key})
+    rev = int(current["header"]["revision"])
+    version = int(current["kvs"][0].get("version", 0)) if current.get("kvs") else 0
+    post("/v3/kv/txn", {
+        "compare": [{"key": key, "target": "VERSION", "result": "EQUAL", "version": str(version)}],
+        "success": [{"requestPut": {"key": key, "value": base64.b64encode(str(rev).encode()).decode()}}],
+        "failure": [{"requestRange": {"key": key}}],
+    })
+    post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+    return rev
+
+
+@pytest.fixture
+def run_real_reflector() -> Iterator[Any]:
+    started: list[tuple[Reflector, threading.Thread]] = []
+
+    def start(lw: Any, store: Recorder, **kwargs: Any) -> Reflector:
+        r = Reflector(lw, store, name="plane", **kwargs)
+        t = threading.Thread(target=r.run, daemon=True)
+        t.start()
+        started.append((r, t))
+        return r
+
+    yield start
+    for r, t in started:
+        r.stop()
+        t.join(10)
+        assert not t.is_alive(), "the reflector did not stop"
+
+
+@pytest.mark.plane
+@pytest.mark.parametrize(
+    ("initial_rv", "pages"),
+    [
+        # A quorum list is paginated by etcd: 620 objects in pages of 200.
+        pytest.param("", 4, id="quorum-list-in-pages"),
+        # client-go's default; the watch cache answers it whole, limit or not.
+        pytest.param("0", 1, id="watch-cache-list"),
+    ],
+)
+def test_more_than_500_objects_are_listed_and_match_a_fresh_list(
+    api_client: Any, namespace: str, run_real_reflector: Any, initial_rv: str, pages: int
+) -> None:
+    create_config_maps(api_client, namespace, [f"cm-{i:04d}" for i in range(620)])
+    store = Recorder()
+    r = run_real_reflector(
+        config_map_lw(api_client, namespace), store, page_size=200, initial_resource_version=initial_rv
+    )
+    wait_for(lambda: r.stats.lists == 1, timeout=60, message="the first list")
+    assert r.stats.last_list_pages == pages
+    assert cache_state(store.indexer) == fresh_state(api_client, namespace)
+    assert len(store.indexer) == 620
+
+
+@pytest.mark.plane
+def test_adds_updates_and_deletes_arrive_in_the_order_they_were_made(
+    api_client: Any, namespace: str, run_real_reflector: Any
+) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    store = Recorder()
+    r = run_real_reflector(config_map_lw(api_client, namespace), store)
+    wait_for(lambda: r.stats.watches == 1, message="the watch to open")
+    expected: list[tuple[str, str, str]] = []
+    for i in range(5):
+        made = core.create_namespaced_config_map(namespace, {"metadata": {"name": f"c{i}"}})
+        expected.append(("Added", f"c{i}", made.metadata.resource_version))
+        changed = core.patch_namespaced_config_map(f"c{i}", namespace, {"data": {"n": str(i)}})
+        expected.append(("Updated", f"c{i}", changed.metadata.resource_version))
+        if i % 2:
+            core.delete_namespaced_config_map(f"c{i - 1}", namespace)
+            expected.append(("Deleted", f"c{i - 1}", ""))
+    wait_for(lambda: len(store.events) == len(expected), message=lambda: f"{store.events}")
+    got = [(t, o["metadata"]["name"], o["metadata"]["resourceVersion"]) for t, _, o in store.events]
+    assert [g[:2] for g in got] == [e[:2] for e in expected]
+    assert [g[2] for g in got if g[0] != "Deleted"] == [e[2] for e in expected if e[0] != "Deleted"]
+    rvs = [int(g[2]) for g in got]
+    assert rvs == sorted(rvs), "resourceVersions only go up"
+    assert cache_state(store.indexer) == fresh_state(api_client, namespace)
+
+
+@pytest.mark.plane
+def test_bookmarks_advance_the_resource_version_of_a_quiet_watch(
+    api_client: Any, namespace: str, run_real_reflector: Any
+) -> None:
+    from kubernetes import client
+
+    store = Recorder()
+    inner = config_map_lw(api_client, namespace)
+    watched_from: list[str] = []
+
+    class RecordWatches:
+        def list_page(self, **kw: Any) -> Any:
+            return inner.list_page(**kw)
+
+        def watch(self, **kw: Any) -> Any:
+            watched_from.append(kw["resource_version"])
+            return inner.watch(**kw)
+
+        def abort(self) -> None:
+            inner.abort()
+
+    # The API server sends a bookmark 2s before a watch's timeout, so short
+    # timeouts (3-6s) bring one soon.
+    r = run_real_reflector(RecordWatches(), store, min_watch_timeout=3)
+    wait_for(lambda: r.stats.watches >= 1)
+    start_rv = int(r.last_sync_resource_version)
+    # A ConfigMap in another namespace moves the ConfigMaps' resourceVersion
+    # on; this watch (of one namespace) gets no event for it.
+    core = client.CoreV1Api(api_client)
+    elsewhere = core.create_namespace({"metadata": {"generateName": "elsewhere-"}}).metadata.name
+    try:
+        made = core.create_namespaced_config_map(elsewhere, {"metadata": {"name": "other"}})
+        target = int(made.metadata.resource_version)
+        assert target > start_rv
+        wait_for(lambda: int(r.last_sync_resource_version) >= target, timeout=30,
+                 message="a bookmark to carry the watch past the other write")
+        assert r.stats.bookmarks >= 1
+        assert r.stats.events == 0 and store.events == []
+        # A later watch resumes from a bookmark's version, not the list's.
+        wait_for(lambda: any(int(rv) >= target for rv in watched_from), timeout=30,
+                 message=lambda: f"a watch from a bookmark's version; watched from {watched_from}")
+    finally:
+        core.delete_namespace(elsewhere)
+
+
+@pytest.mark.plane
+def test_an_etcd_compaction_in_the_middle_of_a_paginated_list_falls_back_to_a_full_list(
+    control_plane: Any, api_client: Any, namespace: str, run_real_reflector: Any
+) -> None:
+    from kubernetes import client
+
+    from informers.errors import ApiStatusError
+
+    core = client.CoreV1Api(api_client)
+    create_config_maps(api_client, namespace, [f"cm-{i:03d}" for i in range(300)])
+    inner = config_map_lw(api_client, namespace)
+    first_page_done = threading.Event()
+    proceed = threading.Event()
+    tokens: list[str] = []
+
+    class PauseAfterFirstPage:
+        def list_page(self, **kw: Any) -> Any:
+            page = inner.list_page(**kw)
+            if not kw["continue_token"] and page.continue_token and not first_page_done.is_set():
+                tokens.append(page.continue_token)
+                first_page_done.set()
+                assert proceed.wait(120)
+            return page
+
+        def watch(self, **kw: Any) -> Any:
+            return inner.watch(**kw)
+
+        def abort(self) -> None:
+            proceed.set()
+            inner.abort()
+
+    store = Recorder()
+    r = run_real_reflector(PauseAfterFirstPage(), store, page_size=100, initial_resource_version="")
+    assert first_page_done.wait(60)
+    # Changes the first page's snapshot does not have, then a compaction past it.
+    core.delete_namespaced_config_map("cm-000", namespace)
+    core.delete_namespaced_config_map("cm-250", namespace)
+    core.patch_namespaced_config_map("cm-001", namespace, {"data": {"v": "2"}})
+    create_config_maps(api_client, namespace, ["cm-new"])
+    compact_like_the_apiserver(control_plane.etcd_endpoint)
+
+    def token_expired() -> bool:
+        try:
+            inner.list_page(resource_version="", limit=100, continue_token=tokens[0])
+        except ApiStatusError as e:
+            return e.expired
+        return False
+
+    # The API server's caches poll for compactions every 15s.
+    wait_for(token_expired, timeout=60, interval=1, message="the continue token to expire")
+    proceed.set()
+    wait_for(lambda: r.stats.lists == 1, timeout=60, message="the list to finish")
+    assert r.stats.paginated_fallbacks == 1
+    assert cache_state(store.indexer) == fresh_state(api_client, namespace)
+    assert "default/cm-000" not in store.indexer.list_keys()
