@@ -312,3 +312,115 @@ def test_stop_ends_every_thread_even_with_a_stuck_watch(lw: FakeListerWatcher, m
     assert inf.wait_for_sync(10)
     inf.stop(timeout=5)
     assert not any(t.is_alive() for t in inf._threads)
+
+
+# -- against the real API server --------------------------------------------
+
+
+@pytest.mark.plane
+def test_an_api_server_restart_with_changes_made_while_it_was_away_leaves_the_cache_equal_to_a_fresh_list(
+    control_plane: Any, api_client: Any, namespace: str
+) -> None:
+    from kubernetes import client, config
+
+    from tests.test_reflector import cache_state, config_map_lw, create_config_maps, fresh_state
+
+    create_config_maps(api_client, namespace, [f"cm-{i:02d}" for i in range(40)])
+    # A fake clock holds the reflector in its backoff until the test moves
+    # time, so the changes below surely happen while it is away.
+    clock = FakeClock()
+    inf = SharedInformer(config_map_lw(api_client, namespace), name="restart", clock=clock)
+    h = Recording()
+    inf.add_event_handler(h)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(30)
+        wait_for(lambda: len(h.events) == 40)
+        try:
+            control_plane.stop_apiserver()
+            wait_for(lambda: inf.reflector.in_backoff, timeout=60,
+                     message="the reflector to lose its watch and back off")
+        finally:
+            control_plane.start_apiserver()
+        watches = inf.reflector.stats.watches
+        other = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+        core = client.CoreV1Api(other)
+        deleted = ["cm-00", "cm-01", "cm-02"]
+        for name in deleted:
+            core.delete_namespaced_config_map(name, namespace)
+        core.patch_namespaced_config_map("cm-03", namespace, {"data": {"v": "changed"}})
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "cm-new"}})
+        expected = fresh_state(other, namespace)
+        assert inf.reflector.in_backoff and inf.reflector.stats.watches == watches, (
+            "the changes were made while the reflector was away"
+        )
+
+        def caught_up() -> bool:
+            if inf.reflector.in_backoff:
+                clock.step(60)
+            return cache_state(inf.indexer) == expected
+
+        wait_for(caught_up, timeout=60, message=lambda: f"cache {len(inf.indexer)} objects, stats {inf.reflector.stats}")
+        wait_for(lambda: len(h.events) >= 40 + 5, message=lambda: f"{h.summary()[40:]}")
+        after = h.events[40:]
+        deletes = sorted(
+            (o.key.split("/")[1] if isinstance(o, DeletedFinalStateUnknown) else o["metadata"]["name"])
+            for kind, o, _ in after if kind == "delete"
+        )
+        assert deletes == deleted
+        # The restarted server's watch cache starts after the informer's
+        # resourceVersion (the server writes at startup), so the re-watch got
+        # 410 and the deletes were found by the relist: tombstones.
+        assert inf.reflector.stats.expired >= 1
+        assert all(isinstance(o, DeletedFinalStateUnknown) for kind, o, _ in after if kind == "delete")
+        updates = [new for kind, _, new in after if kind == "update"]
+        assert [u["metadata"]["name"] for u in updates] == ["cm-03"], "unchanged objects are not redelivered"
+        assert updates[0]["data"] == {"v": "changed"}
+        assert [o["metadata"]["name"] for kind, o, _ in after if kind == "add"] == ["cm-new"]
+    finally:
+        inf.stop()
+
+
+@pytest.mark.plane
+def test_late_handler_resync_indexes_and_transform_work_on_real_objects(api_client: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    from tests.test_reflector import config_map_lw
+
+    core = client.CoreV1Api(api_client)
+    for i in range(30):
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": f"cm-{i:02d}", "labels": {"team": "a" if i % 3 else "b"}}}
+        )
+    clock = FakeClock()
+    inf = SharedInformer(config_map_lw(api_client, namespace), name="real", clock=clock,
+                         transform=strip_managed_fields)
+    early = Recording()
+    inf.add_event_handler(early)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(30)
+        # Index added after the informer started and filled its cache.
+        inf.add_indexers({"team": lambda o: [(o["metadata"].get("labels") or {}).get("team", "")]})
+        assert len(inf.indexer.by_index("team", "b")) == 10
+        assert len(inf.indexer.by_index("team", "a")) == 20
+        # A late handler, resynced every minute.
+        late = Recording()
+        reg = inf.add_event_handler(late, resync_period=60)
+        assert reg.wait_for_sync(10)
+        assert len(late.events) == 30 and all(initial for _, _, initial in late.events)
+        lists = inf.reflector.stats.lists
+        clock.wait_for_sleepers()
+        clock.step(60)
+        wait_for(lambda: len(late.events) == 60, message=lambda: f"{len(late.events)} events")
+        assert all(kind == "update" and old is new for kind, old, new in late.events[30:])
+        assert inf.reflector.stats.lists == lists, "the resync came from the cache"
+        # A real change moves the object between index values, and reaches both handlers.
+        core.patch_namespaced_config_map("cm-00", namespace, {"metadata": {"labels": {"team": "a"}}})
+        wait_for(lambda: len(inf.indexer.by_index("team", "b")) == 9)
+        wait_for(lambda: early.summary()[-1:] == [("update", "cm-00")])
+        wait_for(lambda: late.summary()[-1:] == [("update", "cm-00")])
+        assert len(early.events) == 31, "the early handler never resynced"
+        assert all("managedFields" not in o["metadata"] for o in inf.indexer.list())
+    finally:
+        inf.stop()
