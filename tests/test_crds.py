@@ -37,12 +37,18 @@ def template_body(name: str, spec: dict[str, Any], **extra: Any) -> dict[str, An
             "spec": {"spec": spec, **extra}}
 
 
+def obj(result: object) -> dict[str, Any]:
+    """The custom objects API returns plain dicts, typed as `object`."""
+    assert isinstance(result, dict), result
+    return result
+
+
 def refused(call: Callable[[], object]) -> str:
     """Run a write the API server must refuse as invalid; return its message."""
     with pytest.raises(client.ApiException) as info:
         call()
     assert info.value.status == 422, info.value.body
-    message: str = json.loads(info.value.body)["message"]
+    message: str = json.loads(info.value.body or "{}")["message"]
     return message
 
 
@@ -68,36 +74,30 @@ def claims(custom: client.CustomObjectsApi, namespace: str) -> Any:
 
     class Claims:
         def create(self, body: dict[str, Any]) -> dict[str, Any]:
-            result: dict[str, Any] = custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, "gpuclaims", body)
-            return result
+            return obj(custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "gpuclaims", body))
 
         def get(self, name: str) -> dict[str, Any]:
-            result: dict[str, Any] = custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "gpuclaims", name)
-            return result
+            return obj(custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "gpuclaims", name))
 
         def replace(self, body: dict[str, Any]) -> dict[str, Any]:
-            result: dict[str, Any] = custom.replace_namespaced_custom_object(
-                GROUP, VERSION, namespace, "gpuclaims", body["metadata"]["name"], body)
-            return result
+            return obj(custom.replace_namespaced_custom_object(
+                GROUP, VERSION, namespace, "gpuclaims", body["metadata"]["name"], body))
 
         def patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-            result: dict[str, Any] = custom.patch_namespaced_custom_object(
+            return obj(custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, "gpuclaims", name, patch,
-                _content_type=MERGE_PATCH)
-            return result
+                _content_type=MERGE_PATCH))
 
         def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
-            result: dict[str, Any] = custom.replace_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, "gpuclaims", body["metadata"]["name"], body)
-            return result
+            return obj(custom.replace_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "gpuclaims", body["metadata"]["name"], body))
 
         def patch_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-            result: dict[str, Any] = custom.patch_namespaced_custom_object_status(
+            return obj(custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, "gpuclaims", name, patch,
-                _content_type=MERGE_PATCH)
-            return result
+                _content_type=MERGE_PATCH))
 
     return Claims()
 
@@ -113,8 +113,7 @@ def make_class(custom: client.CustomObjectsApi) -> Iterator[Callable[..., dict[s
                                 "metadata": {"name": name}}
         if spec is not None:
             body["spec"] = spec
-        result: dict[str, Any] = custom.create_cluster_custom_object(
-            GROUP, VERSION, "gpuclasses", body)
+        result = obj(custom.create_cluster_custom_object(GROUP, VERSION, "gpuclasses", body))
         made.append(name)
         return result
 
@@ -145,7 +144,7 @@ def test_class_defaults_to_nvidia_gpus_that_move_off_cordoned_nodes(
     spec: dict[str, Any] | None,
 ) -> None:
     name = make_class(spec)["metadata"]["name"]
-    stored = custom.get_cluster_custom_object(GROUP, VERSION, "gpuclasses", name)
+    stored = obj(custom.get_cluster_custom_object(GROUP, VERSION, "gpuclasses", name))
     assert stored["spec"] == {"resourceName": "nvidia.com/gpu", "onCordon": "Move"}
 
 
@@ -164,8 +163,8 @@ def test_template_claim_spec_gets_the_claim_defaults(
         GROUP, VERSION, namespace, "gpuclaimtemplates",
         template_body("pair", {"className": "a100", "count": 2},
                       metadata={"labels": {"team": "ml"}}))
-    stored = custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "gpuclaimtemplates", "pair")
+    stored = obj(custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "gpuclaimtemplates", "pair"))
     assert stored["spec"] == {
         "metadata": {"labels": {"team": "ml"}},
         "spec": {"className": "a100", "count": 2, "reclaimPolicy": "Release"},
@@ -286,9 +285,9 @@ def test_template_spec_can_be_edited_for_claims_made_later(
     custom.create_namespaced_custom_object(
         GROUP, VERSION, namespace, "gpuclaimtemplates",
         template_body("grows", {"className": "a100", "count": 1}))
-    patched = custom.patch_namespaced_custom_object(
+    patched = obj(custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "gpuclaimtemplates", "grows",
-        {"spec": {"spec": {"count": 4}}}, _content_type=MERGE_PATCH)
+        {"spec": {"spec": {"count": 4}}}, _content_type=MERGE_PATCH))
     assert patched["spec"]["spec"]["count"] == 4
 
 
@@ -336,7 +335,7 @@ def test_class_status_is_its_own_subresource(
     custom.patch_cluster_custom_object_status(
         GROUP, VERSION, "gpuclasses", name,
         {"spec": {"onCordon": "Stay"}, "status": status}, _content_type=MERGE_PATCH)
-    stored = custom.get_cluster_custom_object(GROUP, VERSION, "gpuclasses", name)
+    stored = obj(custom.get_cluster_custom_object(GROUP, VERSION, "gpuclasses", name))
     assert stored["status"] == status
     assert stored["spec"]["onCordon"] == "Move"
 
@@ -416,14 +415,15 @@ def test_stored_crd_has_printer_columns_short_names_and_status(
     api_client: client.ApiClient, crds: list[str], crd: str, columns: list[str],
     short_names: list[str],
 ) -> None:
-    stored = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(crd)
-    (version,) = stored.spec.versions
-    assert (version.name, version.served, version.storage) == (VERSION, True, True)
-    assert [c.name for c in version.additional_printer_columns] == columns
-    assert version.subresources.status is not None
-    assert stored.spec.names.short_names == short_names
-    assert stored.spec.names.categories == ["gpuclaimctl"]
-    conditions = {c.type: c.status for c in stored.status.conditions}
+    stored: dict[str, Any] = api_client.sanitize_for_serialization(
+        client.ApiextensionsV1Api(api_client).read_custom_resource_definition(crd))
+    (version,) = stored["spec"]["versions"]
+    assert (version["name"], version["served"], version["storage"]) == (VERSION, True, True)
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == columns
+    assert version["subresources"] == {"status": {}}
+    assert stored["spec"]["names"]["shortNames"] == short_names
+    assert stored["spec"]["names"]["categories"] == ["gpuclaimctl"]
+    conditions = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
     assert conditions["NamesAccepted"] == "True"
     assert conditions["Established"] == "True"
 
