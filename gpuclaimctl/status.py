@@ -1,0 +1,375 @@
+"""`gpuclaimctl status`: the cluster's GPUs, claims and waiting pods, for a person.
+
+Three sections, each read from one list of each resource:
+1. GPUs per node and class: a node is listed under every class it offers
+   (the class's nodeSelector matches and the node has the class's resource).
+   BOUND is what Bound claims hold on the node for that resource (all
+   classes sharing it); FREE also takes off the GPU requests of pods that
+   no claim accounts for, as placement does (DESIGN.md §4). FREE can be
+   negative: that is an overcommitted node, shown rather than hidden.
+2. Claims by phase, per class.
+3. Pods still held by the `gpuclaimctl.io/claims` gate, oldest first, with
+   why they wait: the Waiting condition of the first of their claims (in
+   annotation order) that has one, or InvalidClaims with the parse error.
+
+`render` is pure (no client, no clock: `now` is passed in); `main` does
+the reading and printing. Nothing here writes to the API server.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+import urllib3
+from kubernetes import client, config
+
+from gpuclaimctl.api import (
+    CLAIM_PLURAL,
+    CLASS_PLURAL,
+    CONDITION_WAITING,
+    GROUP,
+    SCHEDULING_GATE,
+    VERSION,
+    Phase,
+    WaitReason,
+)
+from gpuclaimctl.inflight import claim_usage, used_capacity
+from gpuclaimctl.kube import ApiError, request_json
+from gpuclaimctl.placement import ClassInfo, NodeInfo, parse_time
+from gpuclaimctl.podclaims import PodClaimsError, pod_claims
+
+RawObject = Mapping[str, Any]
+
+NOT_PROCESSED_REASON = "Pending"
+NOT_PROCESSED_MESSAGE = "not yet processed"
+
+# One page of a list; the API server's own default cap for kubectl is 500.
+_PAGE = 500
+# Finished pods hold no GPUs and are never gated, so the list leaves them out.
+_LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+_GAP = "  "
+
+
+class StatusError(Exception):
+    """Why status cannot be shown, in one line for the user."""
+
+
+# --- rows ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeClassRow:
+    node: str
+    class_name: str
+    resource: str
+    allocatable: int
+    bound: int
+    free: int
+    state: str
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    class_name: str
+    pending: int
+    bound: int
+    lost: int
+
+
+@dataclass(frozen=True)
+class WaitingPod:
+    namespace: str
+    name: str
+    created: datetime | None
+    reason: str
+    message: str
+
+
+def node_state(node: NodeInfo) -> str:
+    """Ready, NotReady or Cordoned; NotReady,Cordoned for both, as kubectl
+    shows NotReady,SchedulingDisabled."""
+    parts = [] if node.ready else ["NotReady"]
+    if node.unschedulable:
+        parts.append("Cordoned")
+    return ",".join(parts) or "Ready"
+
+
+def gpu_rows(
+    nodes: Iterable[RawObject],
+    classes: Iterable[RawObject],
+    claims: Iterable[RawObject],
+    pods: Iterable[RawObject],
+) -> list[NodeClassRow]:
+    """One row per node and class it offers, sorted by node then class."""
+    class_infos = sorted((ClassInfo.from_api(c) for c in classes), key=lambda c: c.name)
+    claims = list(claims)
+    resource_of_class = {c.name: c.resource_name for c in class_infos}
+    used = used_capacity(claims, pods, resource_of_class)
+    bound: Counter[tuple[str, str]] = Counter()
+    for claim in claims:
+        held = claim_usage(claim, resource_of_class)
+        if held is not None:
+            node_name, resource, count = held
+            bound[node_name, resource] += count
+    rows = []
+    for node in sorted((NodeInfo.from_api(n) for n in nodes), key=lambda n: n.name):
+        for cls in class_infos:
+            if not cls.offered_by(node):
+                continue
+            resource = cls.resource_name
+            allocatable = node.allocatable.get(resource, 0)
+            rows.append(
+                NodeClassRow(
+                    node=node.name,
+                    class_name=cls.name,
+                    resource=resource,
+                    allocatable=allocatable,
+                    bound=bound[node.name, resource],
+                    free=allocatable - used.get(resource, {}).get(node.name, 0),
+                    state=node_state(node),
+                )
+            )
+    return rows
+
+
+def phase_rows(classes: Iterable[RawObject], claims: Iterable[RawObject]) -> list[PhaseRow]:
+    """Claims per class and phase; every class appears, and so does a class
+    that claims name but that does not exist. A claim with no phase yet is
+    Pending, as the controller treats it."""
+    counts: dict[str, Counter[Phase]] = {
+        (c.get("metadata") or {}).get("name", ""): Counter() for c in classes
+    }
+    for claim in claims:
+        class_name = (claim.get("spec") or {}).get("className", "")
+        try:
+            phase = Phase((claim.get("status") or {}).get("phase") or Phase.PENDING)
+        except ValueError:
+            phase = Phase.PENDING  # the CRD enum refuses others
+        counts.setdefault(class_name, Counter())[phase] += 1
+    return [
+        PhaseRow(name, c[Phase.PENDING], c[Phase.BOUND], c[Phase.LOST])
+        for name, c in sorted(counts.items())
+    ]
+
+
+def is_gated(pod: RawObject) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
+    return any(g.get("name") == SCHEDULING_GATE for g in gates)
+
+
+def waiting_condition(claim: RawObject) -> tuple[str, str] | None:
+    for cond in (claim.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == CONDITION_WAITING and cond.get("status") == "True":
+            return str(cond.get("reason") or ""), str(cond.get("message") or "")
+    return None
+
+
+def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject]) -> list[WaitingPod]:
+    """Gated pods, oldest first, each with why it waits."""
+    by_name = {
+        ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
+        for c in claims
+    }
+    out = []
+    for pod in pods:
+        if not is_gated(pod):
+            continue
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        reason, message = NOT_PROCESSED_REASON, NOT_PROCESSED_MESSAGE
+        try:
+            entries = pod_claims(pod)
+        except PodClaimsError as e:
+            reason, message = WaitReason.INVALID_CLAIMS.value, str(e)
+        else:
+            for entry in entries:
+                claim = by_name.get((namespace, entry.claim_name(name)))
+                found = waiting_condition(claim) if claim is not None else None
+                if found is not None:
+                    reason, message = found
+                    break
+        out.append(WaitingPod(namespace, name, parse_time(meta.get("creationTimestamp")), reason, message))
+    # Oldest first, as the controller serves them; no timestamp sorts last.
+    far = datetime.max.replace(tzinfo=timezone.utc)
+    out.sort(key=lambda p: (p.created or far, p.namespace, p.name))
+    return out
+
+
+# --- text ---------------------------------------------------------------------
+
+
+def human_duration(seconds: float) -> str:
+    """An age as kubectl prints it (apimachinery's duration.HumanDuration)."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    days = hours // 24
+    if hours < 24 * 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    if hours < 24 * 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if hours < 24 * 365 * 8:
+        return f"{years}y{days % 365}d" if days % 365 else f"{years}y"
+    return f"{years}y"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Left-aligned columns two spaces apart; the last one is not padded, so
+    a long message does not push every line wide."""
+    cells = [list(headers)] + [[_one_line(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers) - 1)]
+    return [
+        _GAP.join([c.ljust(w) for c, w in zip(r, widths)] + [r[-1]]).rstrip() for r in cells
+    ]
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def render(
+    nodes: Iterable[RawObject],
+    classes: Iterable[RawObject],
+    claims: Iterable[RawObject],
+    pods: Iterable[RawObject],
+    now: datetime,
+) -> str:
+    """The status text for one snapshot. Pure: `now` only ages the pods.
+
+    `pods` are the pods that may hold GPUs or wait (finished ones may be
+    left out); `now` must be timezone-aware, like the API's timestamps.
+    """
+    nodes, classes, claims, pods = list(nodes), list(classes), list(claims), list(pods)
+    gpus = gpu_rows(nodes, classes, claims, pods)
+    phases = phase_rows(classes, claims)
+    waiting = waiting_pods(pods, claims)
+    sections = [
+        _section(
+            "GPUs per node and class",
+            ("NODE", "CLASS", "RESOURCE", "ALLOCATABLE", "BOUND", "FREE", "STATE"),
+            [(r.node, r.class_name, r.resource, r.allocatable, r.bound, r.free, r.state) for r in gpus],
+        ),
+        _section(
+            "Claims by phase",
+            ("CLASS", "PENDING", "BOUND", "LOST"),
+            [(r.class_name, r.pending, r.bound, r.lost) for r in phases],
+        ),
+        _section(
+            "Waiting pods",
+            ("NAMESPACE/NAME", "AGE", "REASON", "MESSAGE"),
+            [
+                (
+                    f"{p.namespace}/{p.name}",
+                    human_duration((now - p.created).total_seconds()) if p.created else "<unknown>",
+                    p.reason,
+                    p.message,
+                )
+                for p in waiting
+            ],
+        ),
+    ]
+    return "\n\n".join("\n".join(s) for s in sections) + "\n"
+
+
+def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    return [title, *(table(headers, rows) if rows else ["none"])]
+
+
+# --- I/O ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: list[dict[str, Any]]
+    classes: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
+def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
+    """A kubeconfig when one is named (a context alone picks from the default
+    kubeconfig), else the in-cluster service account; StatusError if neither."""
+    if kubeconfig or context:
+        try:
+            api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig, context=context)
+            return api
+        except (config.ConfigException, OSError) as e:
+            where = kubeconfig or "the default kubeconfig"
+            raise StatusError(f"cannot load {where}: {_one_line(e)}") from None
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        raise StatusError(
+            "no cluster to talk to: not running in a pod; pass --kubeconfig (and --context)"
+        ) from None
+    return client.ApiClient(configuration)
+
+
+def list_all(api: client.ApiClient, path: str, query: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+    """Every item of a list, a page at a time (one consistent snapshot: the
+    continue token pins the first page's resourceVersion)."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        params = [*query, ("limit", str(_PAGE))] + ([("continue", token)] if token else [])
+        page = request_json(api, "GET", path, query=params)
+        items.extend(page.get("items") or ())
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
+def read(api: client.ApiClient) -> Snapshot:
+    base = f"/apis/{GROUP}/{VERSION}"
+    try:
+        nodes = list_all(api, "/api/v1/nodes")
+        try:
+            classes = list_all(api, f"{base}/{CLASS_PLURAL}")
+            claims = list_all(api, f"{base}/{CLAIM_PLURAL}")
+        except ApiError as e:
+            if e.status == 404:
+                raise StatusError(
+                    f"the {GROUP} CRDs are not installed on this cluster (deploy/crds)"
+                ) from None
+            raise
+        pods = list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
+    except ApiError as e:
+        raise StatusError(f"the API server refused a list: {_one_line(e)}") from None
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        host = api.configuration.host
+        raise StatusError(f"cannot reach the API server at {host}: {_one_line(e)}") from None
+    return Snapshot(nodes, classes, claims, pods)
+
+
+def main(kubeconfig: str | None, context: str | None) -> int:
+    """Print the status; 0, or 1 with one line on stderr when it cannot."""
+    try:
+        api = load_client(kubeconfig, context)
+        with api:
+            snap = read(api)
+    except StatusError as e:
+        click.echo(f"gpuclaimctl status: {e}", err=True)
+        return 1
+    click.echo(render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc)), nl=False)
+    return 0
