@@ -1,0 +1,436 @@
+"""`gpuclaimctl status`: what a person reads about GPUs, claims and waiting pods.
+
+Most tests render literal API objects (no cluster); the output is read back
+by the header's column positions, so a misaligned column reads wrong. One
+plane test runs the real command against the real API server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from kubernetes import client
+
+from gpuclaimctl import cli
+from gpuclaimctl.api import (
+    API_VERSION,
+    CLAIM_PLURAL,
+    CLAIMS_ANNOTATION,
+    CLASS_PLURAL,
+    GROUP,
+    SCHEDULING_GATE,
+    VERSION,
+)
+from gpuclaimctl.kube import request_json
+from gpuclaimctl.podclaims import template_claim_name
+from gpuclaimctl.status import human_duration, render
+
+GPU = "nvidia.com/gpu"
+AMD = "amd.com/gpu"
+MERGE_PATCH = "application/merge-patch+json"
+NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+# -- literal objects -----------------------------------------------------------
+
+
+def node(name: str, resources: dict[str, str] | None = None, *, ready: bool = True, cordoned: bool = False,
+         labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {
+            "allocatable": {"cpu": "32", **(resources or {})},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def nvidia(name: str, gpus: int, **kw: Any) -> dict[str, Any]:
+    return node(name, {GPU: str(gpus)}, **kw)
+
+
+def gpu_class(name: str, *, resource: str | None = None, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeSelector": selector or {}}
+    if resource:
+        spec["resourceName"] = resource
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def claim(name: str, class_name: str, count: int, *, ns: str = "team", phase: str | None = None,
+          node_name: str = "", reserved_for: Sequence[str] = (),
+          waiting: tuple[str, str] | None = None, waiting_status: str = "True") -> dict[str, Any]:
+    st: dict[str, Any] = {}
+    if phase:
+        st["phase"] = phase
+    if node_name:
+        st["nodeName"] = node_name
+    if reserved_for:
+        st["reservedFor"] = [{"name": uid, "uid": uid} for uid in reserved_for]
+    if waiting:
+        st["conditions"] = [{"type": "Waiting", "status": waiting_status, "reason": waiting[0],
+                             "message": waiting[1], "lastTransitionTime": "2025-06-01T11:00:00Z"}]
+    return {"metadata": {"name": name, "namespace": ns}, "spec": {"className": class_name, "count": count},
+            "status": st}
+
+
+def running_pod(name: str, node_name: str, gpus: int, *, ns: str = "team", phase: str = "Running",
+                resource: str = GPU) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": name, "creationTimestamp": "2025-06-01T10:00:00Z"},
+        "spec": {"nodeName": node_name,
+                 "containers": [{"name": "c", "resources": {"limits": {resource: str(gpus)}}}]},
+        "status": {"phase": phase},
+    }
+
+
+def gated_pod(name: str, annotation: str | list[dict[str, Any]], *, ns: str = "team",
+              age: timedelta = timedelta(minutes=5), gated: bool = True) -> dict[str, Any]:
+    text = annotation if isinstance(annotation, str) else json.dumps(annotation)
+    return {
+        "metadata": {
+            "name": name, "namespace": ns, "uid": f"uid-{name}",
+            "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "annotations": {CLAIMS_ANNOTATION: text},
+        },
+        "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}] if gated else [],
+                 "containers": [{"name": "c"}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+# -- reading the output back ---------------------------------------------------
+
+
+def section(text: str, title: str) -> list[dict[str, str]] | None:
+    """The rows under `title`, cut at the header's column positions; None
+    when the section says none."""
+    blocks = {b.splitlines()[0]: b.splitlines()[1:] for b in text.rstrip("\n").split("\n\n")}
+    lines = blocks[title]
+    if lines == ["none"]:
+        return None
+    header, *rows = lines
+    names = header.split()
+    starts = [header.index(f" {n}") + 1 if i else 0 for i, n in enumerate(names)]
+    out = []
+    for row in rows:
+        cells = {}
+        for i, n in enumerate(names):
+            end = starts[i + 1] if i + 1 < len(names) else None
+            if end is not None:
+                # A value never runs into the next column: two spaces first.
+                assert row[end - 2:end] == "  ", f"column {names[i + 1]} misaligned in {row!r}"
+            cells[n] = row[starts[i]:end].strip()
+        out.append(cells)
+    return out
+
+
+def gpus_by_node_class(text: str) -> dict[tuple[str, str], dict[str, str]]:
+    return {(r["NODE"], r["CLASS"]): r for r in section(text, "GPUs per node and class") or []}
+
+
+# -- GPUs per node and class ---------------------------------------------------
+
+
+def test_a_node_offering_two_classes_is_listed_under_both_with_bound_counted_by_resource() -> None:
+    nodes = [nvidia("gpu-a", 8, labels={"gpu": "a100"})]
+    classes = [gpu_class("a100", selector={"gpu": "a100"}), gpu_class("any-nvidia")]
+    claims = [claim("train", "a100", 3, phase="Bound", node_name="gpu-a"),
+              claim("nb", "any-nvidia", 1, ns="other", phase="Bound", node_name="gpu-a")]
+    rows = gpus_by_node_class(render(nodes, classes, claims, [], NOW))
+    # Both classes count the same nvidia.com/gpu: each row shows every claim on it.
+    expected = {"RESOURCE": GPU, "ALLOCATABLE": "8", "BOUND": "4", "FREE": "4", "STATE": "Ready"}
+    assert rows[("gpu-a", "a100")] == {"NODE": "gpu-a", "CLASS": "a100", **expected}
+    assert rows[("gpu-a", "any-nvidia")] == {"NODE": "gpu-a", "CLASS": "any-nvidia", **expected}
+
+
+def test_classes_on_different_resources_count_only_their_own_gpus() -> None:
+    nodes = [node("mixed", {GPU: "8", AMD: "4"})]
+    classes = [gpu_class("a100"), gpu_class("mi300", resource=AMD)]
+    claims = [claim("n", "a100", 2, phase="Bound", node_name="mixed"),
+              claim("m", "mi300", 1, phase="Bound", node_name="mixed")]
+    rows = gpus_by_node_class(render(nodes, classes, claims, [], NOW))
+    assert (rows[("mixed", "a100")]["BOUND"], rows[("mixed", "a100")]["FREE"]) == ("2", "6")
+    assert rows[("mixed", "mi300")]["RESOURCE"] == AMD
+    assert (rows[("mixed", "mi300")]["BOUND"], rows[("mixed", "mi300")]["FREE"]) == ("1", "3")
+
+
+def test_a_node_is_not_listed_under_a_class_whose_selector_or_resource_it_lacks() -> None:
+    nodes = [nvidia("gpu-a", 8, labels={"gpu": "a100"}), nvidia("gpu-h", 8, labels={"gpu": "h100"}),
+             node("cpu-only")]
+    classes = [gpu_class("a100", selector={"gpu": "a100"}), gpu_class("mi300", resource=AMD)]
+    rows = gpus_by_node_class(render(nodes, classes, [], [], NOW))
+    assert list(rows) == [("gpu-a", "a100")]
+
+
+@pytest.mark.parametrize(
+    "ready, cordoned, state",
+    [(True, False, "Ready"), (False, False, "NotReady"), (True, True, "Cordoned"),
+     (False, True, "NotReady,Cordoned")],
+    ids=["ready", "not-ready", "cordoned", "not-ready-and-cordoned"],
+)
+def test_node_state_says_whether_new_sets_can_go_there(ready: bool, cordoned: bool, state: str) -> None:
+    text = render([nvidia("gpu-a", 8, ready=ready, cordoned=cordoned)], [gpu_class("a100")], [], [], NOW)
+    assert gpus_by_node_class(text)[("gpu-a", "a100")]["STATE"] == state
+
+
+def test_pods_using_gpus_without_claims_take_free_gpus_but_are_not_bound() -> None:
+    nodes = [nvidia("gpu-a", 8)]
+    claims = [claim("c", "a100", 2, phase="Bound", node_name="gpu-a", reserved_for=["claimed-pod"])]
+    pods = [
+        running_pod("legacy", "gpu-a", 3),  # no claim: counts against FREE
+        running_pod("claimed-pod", "gpu-a", 2),  # its claim already holds its GPUs
+        running_pod("done", "gpu-a", 4, phase="Succeeded"),  # finished: holds nothing
+        running_pod("elsewhere", "gpu-b", 1),
+    ]
+    row = gpus_by_node_class(render(nodes, [gpu_class("a100")], claims, pods, NOW))[("gpu-a", "a100")]
+    assert (row["ALLOCATABLE"], row["BOUND"], row["FREE"]) == ("8", "2", "3")
+
+
+def test_an_overcommitted_node_shows_negative_free_rather_than_hiding_it() -> None:
+    claims = [claim("c", "a100", 4, phase="Bound", node_name="gpu-a")]
+    pods = [running_pod("legacy", "gpu-a", 2)]
+    row = gpus_by_node_class(render([nvidia("gpu-a", 4)], [gpu_class("a100")], claims, pods, NOW))
+    assert row[("gpu-a", "a100")]["FREE"] == "-2"
+
+
+def test_pending_and_lost_claims_hold_no_gpus() -> None:
+    claims = [claim("p", "a100", 2), claim("l", "a100", 2, phase="Lost", node_name="gpu-a")]
+    row = gpus_by_node_class(render([nvidia("gpu-a", 8)], [gpu_class("a100")], claims, [], NOW))
+    assert (row[("gpu-a", "a100")]["BOUND"], row[("gpu-a", "a100")]["FREE"]) == ("0", "8")
+
+
+# -- claims by phase -----------------------------------------------------------
+
+
+def test_claims_are_counted_per_class_and_phase_including_classes_that_do_not_exist() -> None:
+    claims = [
+        claim("a", "a100", 1, phase="Bound", node_name="n"), claim("b", "a100", 1, ns="x", phase="Bound",
+                                                                    node_name="n"),
+        claim("c", "a100", 1),  # no status yet: Pending
+        claim("d", "a100", 1, phase="Lost", node_name="n"),
+        claim("e", "gone", 1, phase="Pending"),
+    ]
+    rows = section(render([], [gpu_class("a100"), gpu_class("idle")], claims, [], NOW), "Claims by phase")
+    assert rows == [
+        {"CLASS": "a100", "PENDING": "1", "BOUND": "2", "LOST": "1"},
+        {"CLASS": "gone", "PENDING": "1", "BOUND": "0", "LOST": "0"},
+        {"CLASS": "idle", "PENDING": "0", "BOUND": "0", "LOST": "0"},
+    ]
+
+
+# -- waiting pods --------------------------------------------------------------
+
+
+def test_a_waiting_pod_shows_the_reason_and_message_its_claim_carries() -> None:
+    claims = [claim("shared", "a100", 4, waiting=("Capacity", "no node has 4 free nvidia.com/gpu"))]
+    pods = [gated_pod("trainer", [{"name": "gpu", "claim": "shared"}], age=timedelta(minutes=7, seconds=3))]
+    rows = section(render([], [], claims, pods, NOW), "Waiting pods")
+    assert rows == [{"NAMESPACE/NAME": "team/trainer", "AGE": "7m3s", "REASON": "Capacity",
+                     "MESSAGE": "no node has 4 free nvidia.com/gpu"}]
+
+
+def test_template_entries_are_resolved_to_the_claims_made_for_the_pod() -> None:
+    name = template_claim_name("notebook", "gpu")
+    claims = [
+        claim("notebook-other", "a100", 1, waiting=("Capacity", "not this one")),
+        claim(name, "a100", 1, waiting=("ClassNotFound", "GPUClass 'a100' does not exist")),
+        claim(name, "a100", 1, ns="elsewhere", waiting=("Capacity", "another namespace")),
+    ]
+    pods = [gated_pod("notebook", [{"name": "gpu", "className": "a100", "count": 1}])]
+    rows = section(render([], [], claims, pods, NOW), "Waiting pods") or []
+    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("ClassNotFound", "GPUClass 'a100' does not exist")]
+
+
+def test_the_first_claim_in_annotation_order_that_says_why_is_shown() -> None:
+    claims = [
+        claim("first", "a100", 1),  # no condition yet
+        claim("second", "a100", 1, waiting=("ClaimInUse", "second is used by pod team/other")),
+        claim("third", "a100", 1, waiting=("Capacity", "no room")),
+    ]
+    entries = [{"name": n, "claim": n} for n in ("first", "second", "third")]
+    rows = section(render([], [], claims, [gated_pod("p", entries)], NOW), "Waiting pods") or []
+    assert rows[0]["REASON"] == "ClaimInUse"
+
+
+def test_an_invalid_annotation_shows_the_parse_error() -> None:
+    pods = [gated_pod("broken", [{"name": "gpu", "className": "a100", "count": 0}])]
+    rows = section(render([], [], [], pods, NOW), "Waiting pods") or []
+    assert rows[0]["REASON"] == "InvalidClaims"
+    assert "count must be at least 1" in rows[0]["MESSAGE"]
+
+
+def test_an_annotation_that_is_not_json_shows_the_parse_error_on_one_line() -> None:
+    rows = section(render([], [], [], [gated_pod("broken", "{not json")], NOW), "Waiting pods") or []
+    assert rows[0]["REASON"] == "InvalidClaims"
+    assert rows[0]["MESSAGE"].startswith(f"annotation {CLAIMS_ANNOTATION} is invalid: not valid JSON")
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [[], [claim("c", "a100", 1)], [claim("c", "a100", 1, waiting=("Capacity", "old"), waiting_status="False")]],
+    ids=["claim-not-created-yet", "claim-without-conditions", "waiting-condition-false"],
+)
+def test_a_pod_no_claim_explains_is_pending_not_yet_processed(claims: list[dict[str, Any]]) -> None:
+    pods = [gated_pod("new", [{"name": "gpu", "claim": "c"}])]
+    rows = section(render([], [], claims, pods, NOW), "Waiting pods") or []
+    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("Pending", "not yet processed")]
+
+
+def test_waiting_pods_are_listed_oldest_first_and_released_pods_not_at_all() -> None:
+    pods = [
+        gated_pod("young", [{"name": "g", "claim": "a"}], age=timedelta(seconds=30)),
+        gated_pod("old", [{"name": "g", "claim": "b"}], ns="b-team", age=timedelta(days=3, hours=2)),
+        gated_pod("released", [{"name": "g", "claim": "c"}], gated=False),
+        running_pod("plain", "gpu-a", 1),
+    ]
+    rows = section(render([], [], [], pods, NOW), "Waiting pods") or []
+    assert [(r["NAMESPACE/NAME"], r["AGE"]) for r in rows] == [("b-team/old", "3d2h"), ("team/young", "30s")]
+
+
+def test_a_multi_line_message_stays_on_its_row() -> None:
+    claims = [claim("c", "a100", 1, waiting=("Capacity", "no node fits:\n  gpu-a: 1 free\n  gpu-b: cordoned"))]
+    text = render([], [], claims, [gated_pod("p", [{"name": "g", "claim": "c"}])], NOW)
+    rows = section(text, "Waiting pods") or []
+    assert rows[0]["MESSAGE"] == "no node fits: gpu-a: 1 free gpu-b: cordoned"
+
+
+# -- the whole text ------------------------------------------------------------
+
+
+def test_an_empty_cluster_says_none_in_every_section() -> None:
+    assert render([], [], [], [], NOW) == (
+        "GPUs per node and class\nnone\n\nClaims by phase\nnone\n\nWaiting pods\nnone\n"
+    )
+
+
+def test_columns_line_up_when_names_differ_in_length() -> None:
+    nodes = [nvidia("n", 8), nvidia("a-much-longer-node-name", 16, cordoned=True)]
+    text = render(nodes, [gpu_class("a100")], [], [], NOW)
+    lines = text.split("\n\n")[0].splitlines()[1:]
+    starts = {line.index(GPU) for line in lines[1:]} | {lines[0].index("RESOURCE")}
+    assert len(starts) == 1, text
+    assert all(line == line.rstrip() for line in text.splitlines())
+
+
+@pytest.mark.parametrize(
+    "seconds, shown",
+    [(-5, "<invalid>"), (-1, "0s"), (0, "0s"), (119, "119s"), (120, "2m"), (200, "3m20s"),
+     (10 * 60, "10m"), (179 * 60, "179m"), (3 * 3600, "3h"), (3 * 3600 + 600, "3h10m"),
+     (8 * 3600, "8h"), (47 * 3600, "47h"), (48 * 3600, "2d"), (3 * 86400 + 7200, "3d2h"),
+     (8 * 86400, "8d"), (729 * 86400, "729d"), (730 * 86400, "2y"), (800 * 86400, "2y70d"),
+     (3000 * 86400, "8y")],
+)
+def test_ages_read_as_kubectl_prints_them(seconds: int, shown: str) -> None:
+    assert human_duration(seconds) == shown
+
+
+# -- the command, without a cluster --------------------------------------------
+
+
+def test_without_kubeconfig_or_cluster_the_command_fails_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    result = CliRunner().invoke(cli.main, ["status"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "--kubeconfig" in result.output
+
+
+def test_a_missing_kubeconfig_fails_with_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli.main, ["status", "--kubeconfig", str(tmp_path / "nope")])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "nope" in result.output
+
+
+def test_an_unreachable_api_server_fails_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+    }))
+    result = CliRunner().invoke(cli.main, ["status", "--kubeconfig", str(path)])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and f"127.0.0.1:{port}" in result.output
+
+
+# -- against the real API server -----------------------------------------------
+
+
+@pytest.fixture
+def cluster_objects(api_client: client.ApiClient, crds: list[str], namespace: str) -> Iterator[dict[str, str]]:
+    """A NotReady node with 4 GPUs, a class selecting it, a claim waiting
+    for Capacity and a gated pod using it. The controller is not running;
+    the claim's condition is written as it would write it."""
+    suffix = uuid.uuid4().hex[:6]
+    names = {"node": f"status-node-{suffix}", "class": f"status-a100-{suffix}", "claim": "trainer-gpus",
+             "pod": "trainer"}
+    crd_base = f"/apis/{GROUP}/{VERSION}"
+    claims_path = f"{crd_base}/namespaces/{namespace}/{CLAIM_PLURAL}"
+    made: list[str] = []  # cluster-scoped paths to delete; the namespace takes the rest
+
+    def create(path: str, body: dict[str, Any]) -> None:
+        request_json(api_client, "POST", path, body=body)
+        if "/namespaces/" not in path:
+            made.append(f"{path}/{body['metadata']['name']}")
+
+    try:
+        create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                 "metadata": {"name": names["node"], "labels": {"status-test": suffix}}})
+        request_json(api_client, "PATCH", f"/api/v1/nodes/{names['node']}/status", content_type=MERGE_PATCH,
+                     body={"status": {"capacity": {GPU: "4"}, "allocatable": {GPU: "4"}}})
+        create(f"{crd_base}/{CLASS_PLURAL}", {
+            "apiVersion": API_VERSION, "kind": "GPUClass", "metadata": {"name": names["class"]},
+            "spec": {"nodeSelector": {"status-test": suffix}}})
+        create(claims_path, {
+            "apiVersion": API_VERSION, "kind": "GPUClaim", "metadata": {"name": names["claim"]},
+            "spec": {"className": names["class"], "count": 8}})
+        request_json(api_client, "PATCH", f"{claims_path}/{names['claim']}/status", content_type=MERGE_PATCH,
+                     body={"status": {"phase": "Pending", "conditions": [{
+                         "type": "Waiting", "status": "True", "reason": "Capacity",
+                         "message": f"no node has 8 free {GPU}",
+                         "lastTransitionTime": "2025-06-01T11:00:00Z"}]}})
+        create(f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": names["pod"], "annotations": {
+                CLAIMS_ANNOTATION: json.dumps([{"name": "gpus", "claim": names["claim"]}])}},
+            "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}],
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
+        yield names
+    finally:
+        for path in reversed(made):
+            request_json(api_client, "DELETE", path)
+
+
+@pytest.mark.plane
+def test_status_lists_the_cluster_s_classes_claims_and_waiting_pods(
+    control_plane: Any, cluster_objects: dict[str, str], namespace: str
+) -> None:
+    result = CliRunner().invoke(cli.main, ["status", "--kubeconfig", str(control_plane.kubeconfig)])
+    assert result.exit_code == 0, result.output
+    text = result.output
+
+    row = gpus_by_node_class(text)[(cluster_objects["node"], cluster_objects["class"])]
+    assert row == {"NODE": cluster_objects["node"], "CLASS": cluster_objects["class"], "RESOURCE": GPU,
+                   "ALLOCATABLE": "4", "BOUND": "0", "FREE": "4", "STATE": "NotReady"}
+
+    phases = {r["CLASS"]: r for r in section(text, "Claims by phase") or []}
+    assert phases[cluster_objects["class"]] == {"CLASS": cluster_objects["class"], "PENDING": "1",
+                                                "BOUND": "0", "LOST": "0"}
+
+    waiting = {r["NAMESPACE/NAME"]: r for r in section(text, "Waiting pods") or []}
+    pod = waiting[f"{namespace}/{cluster_objects['pod']}"]
+    assert (pod["REASON"], pod["MESSAGE"]) == ("Capacity", f"no node has 8 free {GPU}")
+
