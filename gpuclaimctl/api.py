@@ -39,6 +39,10 @@ TEMPLATE_CLAIM_LABEL = f"{GROUP}/template-claim"
 TEMPLATE_CLAIM_LABEL_VALUE = "true"
 POD_CLAIM_NAME_ANNOTATION = f"{GROUP}/pod-claim-name"
 
+# Set on a pod in the update that releases it: the node we pinned it to.
+# Marks the pod as ours when the scheduler later refuses it.
+PLACED_NODE_ANNOTATION = f"{GROUP}/node"
+
 # Removed only when nothing reserves the claim.
 CLAIM_FINALIZER = f"{GROUP}/claim"
 

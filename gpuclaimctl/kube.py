@@ -8,6 +8,9 @@ this does, with the API server's Status message.
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from typing import Any
 
 import orjson
@@ -24,6 +27,37 @@ class ApiError(Exception):
         self.message = message
 
 
+class TokenBucket:
+    """client-go's --kube-api-qps/--kube-api-burst: a caller waits for a token."""
+
+    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic,
+                 sleep: Any = time.sleep) -> None:
+        self._qps, self._burst = qps, float(burst)
+        self._tokens, self._last = float(burst), clock()
+        self._clock, self._sleep = clock, sleep
+        self._lock = threading.Lock()
+
+    def wait(self) -> float:
+        """Take a token, sleeping until one is due; return the seconds slept."""
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
+            self._last = now
+            self._tokens -= 1.0
+            delay = -self._tokens / self._qps if self._tokens < 0 else 0.0
+        if delay > 0:
+            self._sleep(delay)
+        return delay
+
+
+_limits: "weakref.WeakKeyDictionary[client.ApiClient, TokenBucket]" = weakref.WeakKeyDictionary()
+
+
+def set_rate_limit(api_client: client.ApiClient, qps: float, burst: int) -> None:
+    """Limit the requests sent through `request` with this client."""
+    _limits[api_client] = TokenBucket(qps, burst)
+
+
 def request(
     api_client: client.ApiClient,
     method: str,
@@ -35,6 +69,9 @@ def request(
     timeout: float = 30.0,
 ) -> bytes:
     """Send one request; return the body bytes or raise ApiError."""
+    limit = _limits.get(api_client)
+    if limit is not None:
+        limit.wait()
     method, url, headers, payload, post = api_client.param_serialize(
         method, path, query_params=query or [],
         header_params={"Content-Type": content_type, "Accept": "application/json"},

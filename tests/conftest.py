@@ -14,6 +14,7 @@ is the only source of watch bookmarks.
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -62,7 +63,7 @@ def full_plane(control_plane: ControlPlane) -> ControlPlane:
 @pytest.fixture
 def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(api_client)
-    base = request.node.name.lower().replace("_", "-")
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())
     name = f"{base[:40].strip('-')}-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": name}})
     # Without kube-controller-manager nothing makes the `default` service

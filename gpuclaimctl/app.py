@@ -1,0 +1,162 @@
+"""`gpuclaimctl run`: the process around the controller.
+
+Order of start: logging; the local control plane when asked; the API
+client; metrics registry; informers (started at once, so a standby's caches
+are warm when it takes over); /metrics, /healthz, /readyz; then either the
+workers directly or, with --leader-elect, only while holding the Lease.
+
+Shutdown on SIGTERM/SIGINT: no new work, in-flight syncs get
+--shutdown-timeout to finish, the Lease is released, exit 0. A lost Lease
+stops every worker and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from kubernetes import client, config
+from prometheus_client import CollectorRegistry
+
+from gpuclaimctl import kube, logs
+from gpuclaimctl.controller import Controller
+from gpuclaimctl.health import Check, EndpointServer
+from gpuclaimctl.leaderelection import ElectionOutcome, LeaderElectionConfig, LeaderElector
+from gpuclaimctl.options import Options
+from informers import SharedInformerFactory
+from metrics.controller import ControllerMetrics
+from metrics.leaderelection import LeaderElectionMetrics
+from metrics.workqueue import PrometheusWorkqueueMetricsProvider
+
+log = logging.getLogger("gpuclaimctl")
+SYNC_TIMEOUT = 120.0
+
+
+def run(options: Options) -> int:
+    logs.setup_logging(options.log_format.value, options.verbosity)
+    plane = None
+    try:
+        if options.local:
+            from gpuclaimctl import localdemo
+
+            plane = localdemo.start_plane()
+            options = _with_kubeconfig(options, str(plane.kubeconfig))
+        api_client = _api_client(options)
+        return _serve(options, api_client)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if plane is not None:
+            plane.stop()
+
+
+def _with_kubeconfig(options: Options, path: str) -> Options:
+    import dataclasses
+
+    return dataclasses.replace(options, kubeconfig=path, local=False)
+
+
+def _api_client(options: Options) -> client.ApiClient:
+    if options.kubeconfig or options.context:
+        api_client = config.new_client_from_config(config_file=options.kubeconfig,
+                                                   context=options.context)
+    else:
+        try:
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException as e:
+            raise SystemExit(f"gpuclaimctl: no --kubeconfig given and not in a cluster ({e}); "
+                             "use --kubeconfig, or --local for a local control plane") from None
+        api_client = client.ApiClient(cfg)
+    # Enough connections for every informer's watch plus the workers' writes.
+    api_client.configuration.connection_pool_maxsize = max(16, options.workers * 2 + 8)
+    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = \
+        api_client.configuration.connection_pool_maxsize
+    kube.set_rate_limit(api_client, options.kube_api_qps, options.kube_api_burst)
+    return api_client
+
+
+def _serve(options: Options, api_client: client.ApiClient) -> int:
+    registry = CollectorRegistry()
+    factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
+    controller = Controller(api_client, factory, options,
+                            queue_metrics=PrometheusWorkqueueMetricsProvider(registry))
+    controller.metrics = ControllerMetrics(registry, state=controller.state_sample)
+
+    elector: LeaderElector | None = None
+    if options.leader_elect:
+        elector = LeaderElector.on_lease(
+            LeaderElectionConfig(options.lease_name, options.lease_namespace,
+                                 lease_duration=options.lease_duration,
+                                 renew_deadline=options.renew_deadline,
+                                 retry_period=options.retry_period),
+            api_client, metrics=LeaderElectionMetrics(registry))
+
+    def caches_synced() -> None:
+        if not controller.has_synced():
+            raise RuntimeError("caches not synced yet")
+
+    healthz: list[Check] = []
+    if elector is not None:
+        # kube-controller-manager's margin: unhealthy once the lease could
+        # have expired 20 s ago without us noticing.
+        healthz.append(Check("leaderElection", lambda: elector.check(20.0)))  # type: ignore[union-attr]
+    endpoints = EndpointServer(registry=registry, metrics_address=options.metrics_bind_address,
+                               health_address=options.health_bind_address,
+                               healthz=healthz, readyz=[Check("informer-sync", caches_synced)])
+    endpoints.start()
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+        if elector is not None:
+            elector.cancel()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    factory.start()
+    try:
+        if elector is None:
+            if not _wait_synced(controller, stop):
+                return 0 if stop.is_set() else 1
+            controller.run(options.workers, stop)
+            return 0
+
+        def lead(leading_stop: threading.Event) -> None:
+            log.info("became leader; starting %d workers", options.workers)
+            if not _wait_synced(controller, leading_stop):
+                return
+            controller.run(options.workers, leading_stop)
+
+        def stopped() -> None:
+            log.info("stopped leading")
+
+        outcome = elector.run(lead, stopped,
+                              on_new_leader=lambda who: log.info("leader is %s", who))
+        if outcome is ElectionOutcome.CANCELLED:
+            return 0
+        log.error("leader election ended: %s; exiting so a standby takes over", outcome.name)
+        return 1
+    finally:
+        endpoints.stop()
+        factory.shutdown()
+
+
+def _wait_synced(controller: Controller, stop: threading.Event) -> bool:
+    waited = 0.0
+    while not stop.is_set():
+        if controller.has_synced():
+            log.info("caches synced")
+            return True
+        stop.wait(0.1)
+        waited += 0.1
+        if waited > SYNC_TIMEOUT:
+            log.error("caches did not sync in %.0fs; are the CRDs installed?", SYNC_TIMEOUT)
+            return False
+    return False
+

@@ -1,0 +1,195 @@
+"""What a claim sync should do (DESIGN.md §5, `claim:`): a pure decision.
+
+Given a claim and plain facts about the pods it names, its owner pod and its
+node, `plan_claim` returns the claim's new status and the writes to make.
+No client, no clock (`now` is passed in), no globals: `claimsync` gathers
+the facts from the caches (and a live GET where the cache cannot tell) and
+performs the writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from gpuclaimctl import api
+from gpuclaimctl.placement import parse_time
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+class Stale(StrEnum):
+    """Why a reservedFor entry no longer holds its claim."""
+
+    DELETED = "deleted"
+    REPLACED = "replaced"          # a pod of that name with another uid
+    FINISHED = "finished"          # Succeeded or Failed
+    UNSCHEDULED = "deleted-before-scheduling"
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    uid: str
+    phase: str = ""
+    node_name: str = ""
+    deleting: bool = False
+
+    @classmethod
+    def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
+        meta = pod.get("metadata") or {}
+        return cls(uid=meta.get("uid", ""), phase=(pod.get("status") or {}).get("phase", ""),
+                   node_name=(pod.get("spec") or {}).get("nodeName") or "",
+                   deleting=bool(meta.get("deletionTimestamp")))
+
+
+def reservation_verdict(ref_uid: str, pod: PodFacts | None) -> Stale | None:
+    """None keeps the entry. `pod` is None only once the pod is known gone
+    (a delete seen by the informer, or a live GET that found nothing)."""
+    if pod is None:
+        return Stale.DELETED
+    if pod.uid != ref_uid:
+        return Stale.REPLACED
+    if pod.phase in _FINISHED:
+        return Stale.FINISHED
+    if pod.deleting and not pod.node_name:
+        return Stale.UNSCHEDULED
+    return None
+
+
+def pod_done(pod: PodFacts | None, owner_uid: str) -> bool:
+    """The owner of a template claim has finished or is gone."""
+    return pod is None or pod.uid != owner_uid or pod.phase in _FINISHED
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    exists: bool
+    ready: bool = True
+    # Since when the node has been NotReady or gone, as far as we know.
+    unhealthy_since: datetime | None = None
+    # When its allocatable, taints or readiness last changed (ends rejections early).
+    changed_at: datetime | None = None
+
+
+@dataclass
+class ClaimPlan:
+    status: dict[str, Any]
+    status_changed: bool = False
+    removed: list[tuple[dict[str, Any], Stale]] = field(default_factory=list)
+    delete: bool = False
+    remove_finalizer: bool = False
+    lost: bool = False
+    # Look again after this many seconds (a grace period or a rejection ends).
+    requeue_after: float | None = None
+
+    def _soonest(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        if self.requeue_after is None or seconds < self.requeue_after:
+            self.requeue_after = seconds
+
+
+def plan_claim(
+    claim: Mapping[str, Any],
+    pods: Mapping[str, PodFacts | None],
+    owner: PodFacts | None | bool,
+    node: NodeFacts | None,
+    now: datetime,
+    *,
+    node_lost_grace: float,
+    reject_for: float,
+    nodes_changed: Mapping[str, datetime] | None = None,
+) -> ClaimPlan:
+    """Decide a claim's cleanup.
+
+    `pods` maps each reservedFor uid to what is known of the pod of that
+    name. `owner` is the template claim's owner pod (None: gone), or False
+    for a claim nobody owns. `node` describes status.nodeName (None when the
+    claim names no node). `nodes_changed` maps node names to when their
+    allocatable, taints or readiness last changed.
+    """
+    meta = claim.get("metadata") or {}
+    status: dict[str, Any] = copy.deepcopy(dict(claim.get("status") or {}))
+    plan = ClaimPlan(status=status)
+    spec = claim.get("spec") or {}
+
+    # 1. Stale reservations.
+    keep = []
+    for ref in status.get("reservedFor") or ():
+        verdict = reservation_verdict(ref.get("uid", ""), pods.get(ref.get("uid", "")))
+        if verdict is None:
+            keep.append(ref)
+        else:
+            plan.removed.append((ref, verdict))
+    if plan.removed:
+        status["reservedFor"] = keep
+        plan.status_changed = True
+
+    deleting = bool(meta.get("deletionTimestamp"))
+    owner_uid = _owner_uid(claim)
+
+    # 2. A template claim whose pod is done goes with it.
+    if owner is not False and owner_uid and not keep and not deleting:
+        if pod_done(owner if isinstance(owner, PodFacts) else None, owner_uid):
+            plan.delete = True
+
+    # 3. Reclaim: the last user went.
+    phase = status.get("phase") or api.Phase.PENDING
+    if not keep and phase == api.Phase.BOUND:
+        if spec.get("reclaimPolicy", api.ReclaimPolicy.RELEASE) == api.ReclaimPolicy.RELEASE:
+            status["phase"] = api.Phase.PENDING
+            status.pop("nodeName", None)
+            phase = api.Phase.PENDING
+            plan.status_changed = True
+
+    # 4. A deleted claim nobody uses lets go of its finalizer.
+    if deleting and not keep and api.CLAIM_FINALIZER in (meta.get("finalizers") or ()):
+        plan.remove_finalizer = True
+
+    # 5. A Bound claim on a node that is gone or NotReady past the grace is Lost.
+    if phase == api.Phase.BOUND and node is not None and (not node.exists or not node.ready):
+        since = node.unhealthy_since or now
+        left = node_lost_grace - (now - since).total_seconds()
+        if left <= 0:
+            status["phase"] = api.Phase.LOST
+            plan.lost = plan.status_changed = True
+        else:
+            plan._soonest(left)
+
+    # 6. Rejections end when they expire or the node changed after them.
+    rejected = status.get("rejectedNodes") or []
+    live = []
+    for r in rejected:
+        until = parse_time(r.get("until"))
+        if until is None or until <= now:
+            continue
+        changed = (nodes_changed or {}).get(r.get("nodeName", ""))
+        if changed is not None and changed >= until - timedelta(seconds=reject_for):
+            continue
+        live.append(r)
+        plan._soonest((until - now).total_seconds())
+    if len(live) != len(rejected):
+        status["rejectedNodes"] = live
+        plan.status_changed = True
+    return plan
+
+
+def _owner_uid(claim: Mapping[str, Any]) -> str:
+    meta = claim.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(api.TEMPLATE_CLAIM_LABEL) != api.TEMPLATE_CLAIM_LABEL_VALUE:
+        return ""
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Pod":
+            return str(ref.get("uid", ""))
+    return ""
+
+
+def owner_name(claim: Mapping[str, Any]) -> str:
+    for ref in (claim.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Pod":
+            return str(ref.get("name", ""))
+    return ""

@@ -1,0 +1,120 @@
+"""`claim:` sync (DESIGN.md §5): stale reservations, reclaim, template claims
+of finished pods, finalizers, Lost claims, expired rejections.
+
+Gathers facts from the caches into plain values, asks `claimplan.plan_claim`
+what to do, and performs the writes. A pod the cache does not show is
+confirmed with a live GET before its reservation is dropped: the cache may
+simply not have seen it yet.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import TYPE_CHECKING, Any
+
+from gpuclaimctl import api
+from gpuclaimctl.claimplan import NodeFacts, PodFacts, owner_name, plan_claim
+from gpuclaimctl.writer import NotFound
+
+if TYPE_CHECKING:
+    from gpuclaimctl.controller import Controller
+
+log = logging.getLogger("gpuclaimctl.claimsync")
+Obj = dict[str, Any]
+
+
+def sync_claim(ctl: Controller, key: str) -> None:
+    ns, name = key.split("/", 1)
+    claim = ctl.claims.get(ns, name)
+    if claim is None:
+        return
+    meta = claim["metadata"]
+    status = claim.get("status") or {}
+
+    pods: dict[str, PodFacts | None] = {}
+    for ref in status.get("reservedFor") or ():
+        pods[ref.get("uid", "")] = _pod_facts(ctl, ns, ref.get("name", ""), ref.get("uid", ""))
+
+    owner: PodFacts | None | bool = False
+    if (meta.get("labels") or {}).get(api.TEMPLATE_CLAIM_LABEL) == api.TEMPLATE_CLAIM_LABEL_VALUE:
+        oname = owner_name(claim)
+        if oname:
+            owner = _owner_facts(ctl, ns, oname, _owner_uid(claim))
+
+    node = None
+    if status.get("nodeName"):
+        node_name = status["nodeName"]
+        n = ctl.nodes.get(node_name)
+        ready = n is not None and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                      for c in (n.get("status") or {}).get("conditions") or ())
+        node = NodeFacts(exists=n is not None, ready=ready,
+                         unhealthy_since=ctl.node_unhealthy_since.get(node_name))
+
+    plan = plan_claim(claim, pods, owner, node, ctl.now(),
+                      node_lost_grace=ctl.options.node_lost_grace,
+                      reject_for=ctl.options.reject_for, nodes_changed=ctl.node_changed_at)
+
+    current = claim
+    if plan.status_changed:
+        updated = copy.deepcopy(claim)
+        updated["status"] = plan.status
+        current = ctl.writer.update_claim_status(updated)
+        for ref, why in plan.removed:
+            if ctl.metrics is not None:
+                ctl.metrics.stale_reservations_removed.labels(str(why)).inc()
+            log.info("removed stale reservation (%s)", why,
+                     extra={"claim": key, "pod": ref.get("name"), "reason": str(why)})
+        if plan.lost:
+            if ctl.metrics is not None:
+                ctl.metrics.claims_lost.inc()
+            log.warning("claim lost its node", extra={"claim": key, "node": status.get("nodeName")})
+            ctl.writer.event(_claim_ref(claim), "Warning", "Lost",
+                             f"node {status.get('nodeName')} has been gone or NotReady for more "
+                             f"than {ctl.options.node_lost_grace:.0f}s; the claim will be placed "
+                             "again when its pod next needs it")
+    if plan.delete:
+        ctl.writer.delete_claim(ns, name, meta["uid"])
+        log.info("deleted template claim of a finished or vanished pod", extra={"claim": key})
+    if plan.remove_finalizer:
+        stripped = copy.deepcopy(current)
+        stripped["metadata"]["finalizers"] = [
+            f for f in stripped["metadata"].get("finalizers") or () if f != api.CLAIM_FINALIZER]
+        try:
+            ctl.writer.update_claim(stripped)
+        except NotFound:
+            pass
+    if plan.requeue_after is not None:
+        ctl.queue.add_after(f"claim:{key}", plan.requeue_after + 0.1)
+
+
+def _pod_facts(ctl: Controller, ns: str, name: str, uid: str) -> PodFacts | None:
+    """What is known of the pod a reservation names; None once it is surely gone."""
+    if uid in ctl.deleted_pods:
+        return None
+    pod = ctl.pods.get(ns, name)
+    if pod is not None and pod["metadata"].get("uid") == uid:
+        return PodFacts.from_api(pod)
+    # Not in the cache, or another pod of that name there: ask the API
+    # server, since the cache may lag behind a pod that does exist.
+    live = ctl.writer.get_pod(ns, name)
+    if live is None:
+        ctl.deleted_pods[uid] = True
+        return None
+    return PodFacts.from_api(live)
+
+
+def _owner_facts(ctl: Controller, ns: str, name: str, uid: str) -> PodFacts | None:
+    return _pod_facts(ctl, ns, name, uid) if uid else None
+
+
+def _owner_uid(claim: Obj) -> str:
+    for ref in claim["metadata"].get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Pod":
+            return str(ref.get("uid", ""))
+    return ""
+
+
+def _claim_ref(claim: Obj) -> Obj:
+    return {"apiVersion": api.API_VERSION, "kind": api.CLAIM_KIND, "metadata": claim["metadata"]}
+

@@ -1,0 +1,135 @@
+"""The `gpuclaimctl` command: run, status, version.
+
+Every `run` flag can also be set as GPUCLAIMCTL_<FLAG> (dashes become
+underscores), as kube-controller-manager's flags can be set in a manifest.
+Bad values are refused with one line, before anything starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from gpuclaimctl import __version__
+from gpuclaimctl.api import Strategy
+from gpuclaimctl.options import LogFormat, Options
+
+
+def _seconds(value: str) -> float:
+    """`90`, `90s`, `10m`, `1h` → seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    text = value.strip()
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * units[suffix]
+    return float(text)
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        try:
+            return _seconds(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a duration (examples: 30s, 10m, 1h)", param, ctx)
+
+
+DURATION = Duration()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """gpuclaimctl places each pod's whole set of GPU claims on one node."""
+
+
+@main.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(f"gpuclaimctl {__version__}")
+
+
+# GPUCLAIMCTL_<FLAG>, not click's default GPUCLAIMCTL_RUN_<FLAG>.
+@main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="Kubeconfig file; in-cluster config when absent.")
+@click.option("--context", default=None, help="Kubeconfig context to use.")
+@click.option("--local", is_flag=True, default=False,
+              help="Start a local control plane (built from Go modules) with sample GPU "
+                   "nodes and run against it.")
+@click.option("--workers", type=int, default=4, show_default=True,
+              help="Concurrent sync workers.")
+@click.option("--resync-period", type=DURATION, default="10m", show_default=True,
+              help="Replay the caches to the handlers this often (0 disables).")
+@click.option("--leader-elect/--no-leader-elect", default=False, show_default=True,
+              help="Hold a coordination.k8s.io Lease before doing any work.")
+@click.option("--leader-elect-lease-name", default="gpuclaimctl", show_default=True)
+@click.option("--leader-elect-namespace", default="gpuclaimctl-system", show_default=True)
+@click.option("--leader-elect-lease-duration", type=DURATION, default="15s", show_default=True)
+@click.option("--leader-elect-renew-deadline", type=DURATION, default="10s", show_default=True)
+@click.option("--leader-elect-retry-period", type=DURATION, default="2s", show_default=True)
+@click.option("--metrics-bind-address", default=":8080", show_default=True,
+              help="host:port for /metrics; 0 disables.")
+@click.option("--health-bind-address", default=":8081", show_default=True,
+              help="host:port for /healthz and /readyz; 0 disables.")
+@click.option("--kube-api-qps", type=float, default=50.0, show_default=True)
+@click.option("--kube-api-burst", type=int, default=100, show_default=True)
+@click.option("--placement-strategy", type=click.Choice([s.value for s in Strategy]),
+              default=Strategy.BINPACK.value, show_default=True,
+              help="binpack fills the most-allocated node; spread the least.")
+@click.option("--reject-for", type=DURATION, default="10m", show_default=True,
+              help="How long a node that refused a pinned pod is skipped for its set.")
+@click.option("--node-lost-grace", type=DURATION, default="5m", show_default=True,
+              help="How long a bound claim's node may be gone or NotReady before the claim is Lost.")
+@click.option("--shutdown-timeout", type=DURATION, default="20s", show_default=True,
+              help="How long in-flight syncs may take to finish on SIGTERM.")
+@click.option("--log-format", type=click.Choice([f.value for f in LogFormat]),
+              default=LogFormat.TEXT.value, show_default=True)
+@click.option("-v", "--verbosity", type=int, default=0, show_default=True,
+              help="Log verbosity: 0 info, 2 more, 4 debug.")
+def run(**flags: Any) -> None:
+    """Run the controller."""
+    options = Options(
+        kubeconfig=flags["kubeconfig"],
+        context=flags["context"],
+        local=flags["local"],
+        workers=flags["workers"],
+        resync_period=flags["resync_period"],
+        leader_elect=flags["leader_elect"],
+        lease_name=flags["leader_elect_lease_name"],
+        lease_namespace=flags["leader_elect_namespace"],
+        lease_duration=flags["leader_elect_lease_duration"],
+        renew_deadline=flags["leader_elect_renew_deadline"],
+        retry_period=flags["leader_elect_retry_period"],
+        metrics_bind_address=flags["metrics_bind_address"],
+        health_bind_address=flags["health_bind_address"],
+        kube_api_qps=flags["kube_api_qps"],
+        kube_api_burst=flags["kube_api_burst"],
+        strategy=Strategy(flags["placement_strategy"]),
+        reject_for=flags["reject_for"],
+        node_lost_grace=flags["node_lost_grace"],
+        shutdown_timeout=flags["shutdown_timeout"],
+        log_format=LogFormat(flags["log_format"]),
+        verbosity=flags["verbosity"],
+    )
+    try:
+        options.validate()
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    from gpuclaimctl import app
+
+    sys.exit(app.run(options))
+
+
+@main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
+@click.option("--context", default=None)
+def status(kubeconfig: str | None, context: str | None) -> None:
+    """Show GPUs per node and class, claims by phase, and waiting pods."""
+    from gpuclaimctl import status as status_mod
+
+    sys.exit(status_mod.main(kubeconfig, context))

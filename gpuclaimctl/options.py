@@ -1,0 +1,87 @@
+"""What `gpuclaimctl run` was asked to do: one frozen, validated value.
+
+The CLI builds it from flags and GPUCLAIMCTL_* variables; the controller and
+the process around it read it. Validation lives here so that a bad value is
+refused with one line before anything starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from gpuclaimctl.api import Strategy
+
+
+class LogFormat(str, enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    kubeconfig: str | None = None
+    context: str | None = None
+    local: bool = False
+    workers: int = 4
+    resync_period: float = 600.0
+    leader_elect: bool = False
+    lease_name: str = "gpuclaimctl"
+    lease_namespace: str = "gpuclaimctl-system"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    metrics_bind_address: str = ":8080"
+    health_bind_address: str = ":8081"
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
+    strategy: Strategy = Strategy.BINPACK
+    reject_for: float = 600.0
+    node_lost_grace: float = 300.0
+    inflight_ttl: float = 60.0
+    shutdown_timeout: float = 20.0
+    log_format: LogFormat = LogFormat.TEXT
+    verbosity: int = 0
+
+    def validate(self) -> None:
+        """Raise ValueError with one line naming the first bad value."""
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {self.workers}")
+        if self.resync_period < 0:
+            raise ValueError("--resync-period must not be negative (0 disables resync)")
+        for flag, value in (("--reject-for", self.reject_for),
+                            ("--node-lost-grace", self.node_lost_grace)):
+            if value < 0:
+                raise ValueError(f"{flag} must not be negative, got {value}")
+        if self.kube_api_qps <= 0 or self.kube_api_burst < 1:
+            raise ValueError("--kube-api-qps must be > 0 and --kube-api-burst at least 1")
+        if self.kube_api_burst < self.kube_api_qps:
+            raise ValueError("--kube-api-burst must be at least --kube-api-qps")
+        if self.verbosity < 0:
+            raise ValueError("-v must not be negative")
+        if self.local and self.kubeconfig:
+            raise ValueError("--local starts its own control plane; do not also give --kubeconfig")
+        for flag, addr in (("--metrics-bind-address", self.metrics_bind_address),
+                           ("--health-bind-address", self.health_bind_address)):
+            parse_bind_address(addr, flag)
+        if self.leader_elect:
+            # client-go's rules: LeaseDuration > RenewDeadline >
+            # JitterFactor(1.2) * RetryPeriod.
+            if not self.lease_duration > self.renew_deadline:
+                raise ValueError("--leader-elect-lease-duration must be greater than "
+                                 "--leader-elect-renew-deadline")
+            if not self.renew_deadline > 1.2 * self.retry_period:
+                raise ValueError("--leader-elect-renew-deadline must be greater than "
+                                 "1.2 × --leader-elect-retry-period")
+            if self.retry_period <= 0:
+                raise ValueError("--leader-elect-retry-period must be positive")
+
+
+def parse_bind_address(value: str, flag: str = "address") -> tuple[str, int] | None:
+    """`host:port`, `:port` or `0` (disabled → None)."""
+    if value in ("0", ""):
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{flag} must be host:port, :port or 0, got {value!r}")
+    return (host.strip("[]") or "0.0.0.0", int(port))

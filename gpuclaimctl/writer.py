@@ -1,0 +1,163 @@
+"""The controller's writes to the API server, and nothing else.
+
+Every write that changes an object we read carries the resourceVersion it
+was computed from, so a stale decision fails with 409 Conflict and is
+retried from fresh state instead of overwriting someone else's change.
+Deletes carry uid (and where it matters resourceVersion) preconditions.
+
+Responses are not decoded into client models: the informers will show the
+result, and the few callers that need the written object get a dict.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from typing import Any
+
+from kubernetes import client
+
+from gpuclaimctl import api, kube
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class Conflict(Exception):
+    """409: the object changed since it was read; retry from fresh state."""
+
+
+class NotFound(Exception):
+    """404: the object is gone."""
+
+
+class AlreadyExists(Exception):
+    """409 on create: an object of that name exists."""
+
+
+class Writer:
+    """Thin seam over the official client for the controller's writes."""
+
+    def __init__(self, api_client: client.ApiClient, component: str = "gpuclaimctl") -> None:
+        self._api = api_client
+        self._component = component
+        self._host = uuid.uuid4().hex[:8]
+
+    # -- raw calls ----------------------------------------------------------
+
+    def _write(self, what: str, method: str, path: str, body: Any = None,
+               content_type: str = "application/json") -> Obj:
+        try:
+            result: Obj = kube.request_json(self._api, method, path, body=body,
+                                            content_type=content_type)
+            return result
+        except kube.ApiError as e:
+            if e.status == 404:
+                raise NotFound(what) from e
+            if e.status == 409:
+                if e.reason == "AlreadyExists":
+                    raise AlreadyExists(what) from e
+                raise Conflict(what) from e
+            raise
+
+    # -- claims -------------------------------------------------------------
+
+    @staticmethod
+    def _claim_path(namespace: str, name: str = "", sub: str = "") -> str:
+        path = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{namespace}/{api.CLAIM_PLURAL}"
+        if name:
+            path += f"/{name}"
+        if sub:
+            path += f"/{sub}"
+        return path
+
+    def create_claim(self, claim: Obj) -> Obj:
+        ns = claim["metadata"]["namespace"]
+        return self._write(f"claim {ns}/{claim['metadata']['name']}", "POST",
+                           self._claim_path(ns), claim)
+
+    def update_claim(self, claim: Obj) -> Obj:
+        """Replace metadata/spec (finalizers); claim carries its resourceVersion."""
+        m = claim["metadata"]
+        return self._write(f"claim {m['namespace']}/{m['name']}", "PUT",
+                           self._claim_path(m["namespace"], m["name"]), claim)
+
+    def update_claim_status(self, claim: Obj) -> Obj:
+        m = claim["metadata"]
+        return self._write(f"claim {m['namespace']}/{m['name']} status", "PUT",
+                           self._claim_path(m["namespace"], m["name"], "status"), claim)
+
+    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            self._write(f"claim {namespace}/{name}", "DELETE", self._claim_path(namespace, name),
+                        {"preconditions": {"uid": uid}})
+        except NotFound:
+            pass
+
+    # -- pods -----------------------------------------------------------------
+
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        """A live read, for confirming a pod the cache does not show."""
+        try:
+            return self._write(f"pod {namespace}/{name}", "GET",
+                               f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except NotFound:
+            return None
+
+    def update_pod(self, pod: Obj) -> Obj:
+        m = pod["metadata"]
+        return self._write(f"pod {m['namespace']}/{m['name']}", "PUT",
+                           f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", pod)
+
+    def patch_pod_condition(self, namespace: str, name: str, condition: Obj) -> None:
+        """Set one condition in pod status (strategic merge keys on `type`)."""
+        try:
+            self._write(f"pod {namespace}/{name} status", "PATCH",
+                        f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                        {"status": {"conditions": [condition]}},
+                        content_type="application/strategic-merge-patch+json")
+        except NotFound:
+            pass
+
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
+        """Delete with uid and resourceVersion preconditions; False if it changed or is gone."""
+        try:
+            self._write(f"pod {namespace}/{name}", "DELETE",
+                        f"/api/v1/namespaces/{namespace}/pods/{name}",
+                        {"preconditions": {"uid": uid, "resourceVersion": resource_version}})
+            return True
+        except (NotFound, Conflict):
+            return False
+
+    # -- events -----------------------------------------------------------------
+
+    def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event about obj. Failure to record is logged, not raised."""
+        m = obj["metadata"]
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ns = m.get("namespace") or "default"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{m['name']}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+                "name": m["name"], "namespace": m.get("namespace"), "uid": m.get("uid"),
+                "resourceVersion": m.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+            "reportingInstance": f"{self._component}-{self._host}",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event)
+        except (kube.ApiError, OSError) as e:
+            log.warning("could not record event %s on %s/%s: %s", reason, ns, m["name"], e)
