@@ -66,8 +66,15 @@ class DeltaFIFO:
     ``k`` in ``_queue``, newest object of ``k``, newest delta type of ``k``],
     and keys with no delta in ``_queue`` are absent."""
 
-    def __init__(self, known: KnownObjects, *, key_func: KeyFunc = meta_namespace_key) -> None:
+    def __init__(
+        self,
+        known: KnownObjects,
+        *,
+        key_func: KeyFunc = meta_namespace_key,
+        on_synced: Callable[[], None] = lambda: None,
+    ) -> None:
         self._known = known
+        self._on_synced = on_synced
         self._key_func = key_func
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Delta] = deque()
@@ -122,6 +129,8 @@ class DeltaFIFO:
                 self._populated = True
                 self._initial_left = queued
             self._cond.notify()
+        if initial and not queued:
+            self._on_synced()
 
     def resync(self) -> int:
         """Queue a sync of every stored object with no delta waiting; return how many."""
@@ -181,6 +190,9 @@ class DeltaFIFO:
             finally:
                 if initial:
                     self._initial_left -= initial
+        if initial and self._initial_left == 0:
+            # Outside the lock: the callback may wake threads that read us.
+            self._on_synced()
 
     def close(self) -> None:
         with self._cond:

@@ -153,6 +153,7 @@ class Reflector:
         """List and watch until ``stop``; never raises."""
         need_list = True
         while not self._stopper.stopped:
+            retry_after: float | None = None
             try:
                 if need_list:
                     self._list()
@@ -165,38 +166,36 @@ class Reflector:
                 if self._stopper.stopped:
                     return
                 self.stats.errors += 1
+                retry_after = e.retry_after
                 if e.expired:
                     self.stats.expired += 1
-                    log.info("%s: %s; relisting", self.name, e)
-                    need_list = True
+                    need_list, then = True, "relisting"
                 elif e.retriable:
-                    log.warning("%s: %s; backing off", self.name, e)
+                    then = "retrying"
                 else:
-                    log.warning("%s: %s; relisting after a backoff", self.name, e)
-                    need_list = True
-                retry_after = e.retry_after
+                    need_list, then = True, "relisting"
+                error = str(e)
             except TransportError as e:
                 if self._stopper.stopped:
                     return
                 self.stats.errors += 1
-                log.warning("%s: %s; backing off", self.name, e)
-                retry_after = None
-            except Exception:
+                error, then = str(e), "retrying"
+            except Exception as e:
                 if self._stopper.stopped:
                     return
                 # A bug (a transform or a store that raised): start over
                 # from a fresh list rather than trust the store.
                 self.stats.errors += 1
-                log.exception("%s: unexpected error; relisting after a backoff", self.name)
-                need_list = True
-                retry_after = None
-            if self._wait_backoff(retry_after):
+                log.exception("%s: unexpected error", self.name)
+                need_list, error, then = True, repr(e), "relisting"
+            delay = self._backoff.next_delay()
+            if retry_after is not None:
+                delay = max(delay, retry_after)
+            log.warning("%s: %s; %s in %.1fs", self.name, error, then, delay)
+            if self._wait(delay):
                 return
 
-    def _wait_backoff(self, at_least: float | None) -> bool:
-        delay = self._backoff.next_delay()
-        if at_least is not None:
-            delay = max(delay, at_least)
+    def _wait(self, delay: float) -> bool:
         self.stats.backoffs += 1
         self._in_backoff = True
         try:

@@ -106,8 +106,10 @@ class SharedInformer:
         self.name = name
         self.default_resync_period = default_resync_period
         self._clock = clock or RealClock()
+        # Notified whenever a has_synced (informer or handler) may have turned true.
+        self._sync_cond = threading.Condition(threading.Lock())
         self._indexer = Indexer(indexers)
-        self._fifo = DeltaFIFO(self._indexer)
+        self._fifo = DeltaFIFO(self._indexer, on_synced=self._poke_waiters)
         self.reflector = Reflector(
             lw,
             self._fifo,
@@ -127,7 +129,6 @@ class SharedInformer:
         # a point between two batches.
         self._block_deltas = threading.Lock()
         self._lock = threading.Lock()
-        self._sync_cond = threading.Condition(threading.Lock())
         self._stopper = Stopper(self._clock)
         self._resync_generation = 0
         self._threads: list[threading.Thread] = []
@@ -267,7 +268,6 @@ class SharedInformer:
                 self._fifo.pop_batch(self._apply)
             except FIFOClosedError:
                 return
-            self._poke_waiters()
 
     def _apply(self, batch: list[Delta]) -> None:
         indexer = self._indexer

@@ -127,6 +127,17 @@ def test_a_slow_handler_delays_neither_the_watch_nor_other_handlers(
     assert slow_reg.delivered == 50
 
 
+def test_waiting_for_sync_returns_as_soon_as_an_empty_first_list_arrives(make_informer: Any) -> None:
+    import time
+
+    inf = make_informer()
+    reg = inf.add_event_handler(Recording())
+    inf.start()
+    started = time.monotonic()
+    assert inf.wait_for_sync(30) and reg.wait_for_sync(30)
+    assert time.monotonic() - started < 5, "the waiter was not woken by the sync"
+
+
 def test_a_late_handler_gets_the_cache_as_initial_adds_and_syncs_only_after_them(
     lw: FakeListerWatcher, make_informer: Any
 ) -> None:
