@@ -18,7 +18,7 @@ import threading
 from types import FrameType
 
 from kubernetes import client, config
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl import kube, logs
 from gpuclaimctl.controller import Controller
@@ -78,12 +78,21 @@ def _api_client(options: Options) -> client.ApiClient:
     return api_client
 
 
-def _serve(options: Options, api_client: client.ApiClient) -> int:
-    registry = CollectorRegistry()
+def build(api_client: client.ApiClient, options: Options,
+          registry: CollectorRegistry) -> tuple[SharedInformerFactory, Controller]:
+    """Informers and the controller on them, with metrics in `registry`."""
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
     controller = Controller(api_client, factory, options,
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry))
     controller.metrics = ControllerMetrics(registry, state=controller.state_sample)
+    return factory, controller
+
+
+def _serve(options: Options, api_client: client.ApiClient) -> int:
+    # client-go exports no *_created series; neither do we.
+    disable_created_metrics()
+    registry = CollectorRegistry()
+    factory, controller = build(api_client, options, registry)
 
     elector: LeaderElector | None = None
     if options.leader_elect:

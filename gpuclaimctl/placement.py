@@ -65,6 +65,7 @@ from gpuclaimctl.nodeaffinity import (
 Usage = Mapping[str, Mapping[str, int]]
 
 _NO_USE: Mapping[str, int] = {}
+_NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 
 # --- snapshot ---------------------------------------------------------------
@@ -98,13 +99,17 @@ class NodeInfo:
             parsed = parse_quantity(value)
             if parsed is not None:
                 allocatable[key] = parsed
+        taints = tuple(Taint.from_api(t) for t in spec.get("taints") or ())
+        # A node that reports Ready but still carries the not-ready or
+        # unreachable taint (the node lifecycle controller removes it a moment
+        # later) is refused by kube-scheduler: not Ready for placement either.
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
-        )
+        ) and not any(t.key in _NOT_READY_TAINTS and t.effect in BLOCKING_EFFECTS for t in taints)
         return cls(
             name=meta.get("name", ""),
             labels=dict(meta.get("labels") or {}),
-            taints=tuple(Taint.from_api(t) for t in spec.get("taints") or ()),
+            taints=taints,
             ready=ready,
             unschedulable=bool(spec.get("unschedulable")),
             allocatable=allocatable,

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 from gpuclaimctl import api
 from gpuclaimctl.indexes import has_gate
 from gpuclaimctl.inflight import combine
-from gpuclaimctl.nodeaffinity import pin_to_node
+from gpuclaimctl.nodeaffinity import (
+    BLOCKING_EFFECTS,
+    Taint,
+    Toleration,
+    pin_to_node,
+    untolerated_taint,
+)
 from gpuclaimctl.placement import (
     Action,
     ClaimState,
@@ -136,6 +142,13 @@ def _resolve(ctl: Controller, pod: Obj, entry: ClaimEntry) -> Obj | UnresolvedCl
     if claim is not None:
         if is_template_claim_of(claim, meta["uid"]):
             return claim
+        if _older_pods_claim(claim, pod_name):
+            # A pod recreated under the same name (a StatefulSet's): its
+            # predecessor's claim goes first; the claim sync deletes it.
+            ctl.enqueue_claim(f"{ns}/{claim_name}")
+            return UnresolvedClaim(claim_name, api.WaitReason.CLAIM_IN_USE,
+                                   f"GPUClaim {claim_name!r} still belongs to an earlier pod named "
+                                   f"{pod_name!r}; waiting for it to be deleted")
         return UnresolvedClaim(claim_name, api.WaitReason.NAME_TAKEN,
                                f"GPUClaim {claim_name!r} exists and is not this pod's claim for "
                                f"entry {entry.name!r}; delete or rename it")
@@ -157,6 +170,14 @@ def _resolve(ctl: Controller, pod: Obj, entry: ClaimEntry) -> Obj | UnresolvedCl
         ctl.metrics.template_claims_created.inc()
     log.info("created template claim", extra={"pod": f"{ns}/{pod_name}", "claim": claim_name})
     return created
+
+
+def _older_pods_claim(claim: Obj, pod_name: str) -> bool:
+    meta = claim["metadata"]
+    if (meta.get("labels") or {}).get(api.TEMPLATE_CLAIM_LABEL) != api.TEMPLATE_CLAIM_LABEL_VALUE:
+        return False
+    return any(r.get("controller") and r.get("kind") == "Pod" and r.get("name") == pod_name
+               for r in meta.get("ownerReferences") or ())
 
 
 def _with_inflight(ctl: Controller, state: ClaimState | UnresolvedClaim) -> ClaimState | UnresolvedClaim:
@@ -311,6 +332,13 @@ def _check_refused(ctl: Controller, pod: Obj) -> None:
         return
     if not any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or ()):
+        return
+    taints = [Taint.from_api(t) for t in (node.get("spec") or {}).get("taints") or ()
+              if t.get("effect") in BLOCKING_EFFECTS]
+    tolerations = [Toleration.from_api(t) for t in (pod.get("spec") or {}).get("tolerations") or ()]
+    if untolerated_taint(tolerations, taints) is not None:
+        # The node's state explains the refusal (a not-ready taint that lags
+        # behind Ready, say); the scheduler retries the pod when it clears.
         return
     try:
         entries = pod_claims(pod)

@@ -144,3 +144,24 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     return f"control plane cache: {build.cache_root()} (set GPUCLAIMCTL_CACHE to move it)"
 
+
+
+@pytest.fixture
+def run_controller(full_plane: ControlPlane, crds: list[str]) -> Iterator[Callable[..., Any]]:
+    """Factory: start the real controller in-process; stopped after the test.
+
+    `run_controller(**option_overrides)` returns a started RunningController;
+    call `.stop()` on it to take it down mid-test (then start another).
+    """
+    from tests.controllerkit import RunningController
+
+    running: list[RunningController] = []
+
+    def start(**overrides: Any) -> RunningController:
+        rc = RunningController(str(full_plane.kubeconfig), **overrides).start()
+        running.append(rc)
+        return rc
+
+    yield start
+    for rc in running:
+        rc.stop()

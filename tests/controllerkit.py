@@ -1,0 +1,54 @@
+"""Run the real controller in-process against the test session's plane."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from kubernetes import client, config
+from prometheus_client import CollectorRegistry
+
+from gpuclaimctl import app, kube
+from gpuclaimctl.options import Options
+from tests.helpers import wait_for
+
+TEST_OPTIONS = Options(workers=4, resync_period=30.0, metrics_bind_address="0",
+                       health_bind_address="0", shutdown_timeout=10.0)
+
+
+class RunningController:
+    """The controller with its informers, workers and a private registry."""
+
+    def __init__(self, kubeconfig: str, **overrides: Any) -> None:
+        self.options = dataclasses.replace(TEST_OPTIONS, kubeconfig=kubeconfig, **overrides)
+        self.api_client = config.new_client_from_config(config_file=kubeconfig)
+        self.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32
+        kube.set_rate_limit(self.api_client, 1000, 2000)
+        self.registry = CollectorRegistry()
+        self.factory, self.controller = app.build(self.api_client, self.options, self.registry)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> RunningController:
+        self.factory.start()
+        wait_for(self.controller.has_synced, timeout=30, message="the controller's caches to sync")
+        self._thread = threading.Thread(target=self.controller.run,
+                                        args=(self.options.workers, self._stop), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.factory.shutdown()
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else float(value)
+
+
+def objects(api_client: client.ApiClient, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kube.request_json(api_client, "GET", path)["items"]
+    return items

@@ -1,0 +1,352 @@
+"""A user's stories, end to end on the real plane: kube-apiserver, etcd,
+kube-scheduler, kube-controller-manager, kwok nodes and the controller."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable
+
+import pytest
+from kubernetes import client
+
+from gpuclaimctl import api, kube
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.plane
+CLAIMS = f"/apis/{api.GROUP}/{api.VERSION}"
+
+
+class Cluster:
+    """Small verbs over the API for the stories below."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.api = api_client
+        self.ns = namespace
+        self.core = client.CoreV1Api(api_client)
+        # Classes are cluster-scoped: each test selects only its own nodes.
+        self.tag = uuid.uuid4().hex[:6]
+        self.label = {"e2e.gpuclaimctl.io/run": self.tag}
+        self.classes: list[str] = []
+
+    def gpu_class(self, name: str, **spec: Any) -> str:
+        full = f"{name}-{self.tag}"
+        kube.request(self.api, "POST", f"{CLAIMS}/gpuclasses", body={
+            "apiVersion": api.API_VERSION, "kind": api.CLASS_KIND, "metadata": {"name": full},
+            "spec": {"nodeSelector": dict(self.label), **spec}})
+        self.classes.append(full)
+        return full
+
+    def claim(self, name: str, class_name: str, count: int, **spec: Any) -> None:
+        kube.request(self.api, "POST", f"{CLAIMS}/namespaces/{self.ns}/gpuclaims", body={
+            "apiVersion": api.API_VERSION, "kind": api.CLAIM_KIND, "metadata": {"name": name},
+            "spec": {"className": class_name, "count": count, **spec}})
+
+    def template(self, name: str, class_name: str, count: int) -> None:
+        kube.request(self.api, "POST", f"{CLAIMS}/namespaces/{self.ns}/gpuclaimtemplates", body={
+            "apiVersion": api.API_VERSION, "kind": api.TEMPLATE_KIND, "metadata": {"name": name},
+            "spec": {"spec": {"className": class_name, "count": count}}})
+
+    def get_claim(self, name: str) -> dict[str, Any] | None:
+        try:
+            return kube.request_json(self.api, "GET", f"{CLAIMS}/namespaces/{self.ns}/gpuclaims/{name}")
+        except kube.ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def pod_manifest(self, name: str, entries: list[dict[str, Any]] | str, *,
+                     cpu: str = "100m", node_selector: dict[str, str] | None = None,
+                     ) -> dict[str, Any]:
+        annotation = entries if isinstance(entries, str) else json.dumps(entries)
+        manifest: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name},
+                         "annotations": {api.CLAIMS_ANNOTATION: annotation}},
+            "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}],
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"requests": {"cpu": cpu}}}]},
+        }
+        if node_selector:
+            manifest["spec"]["nodeSelector"] = node_selector
+        return manifest
+
+    def pod(self, name: str, entries: list[dict[str, Any]] | str, **kw: Any) -> dict[str, Any]:
+        created: dict[str, Any] = self.api.sanitize_for_serialization(
+            self.core.create_namespaced_pod(self.ns, self.pod_manifest(name, entries, **kw)))
+        return created
+
+    def read_pod(self, name: str) -> Any:
+        try:
+            return self.core.read_namespaced_pod(name, self.ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def running_on(self, name: str, node: str) -> bool:
+        p = self.read_pod(name)
+        return p is not None and p.spec.node_name == node and p.status.phase == "Running"
+
+    def events(self, reason: str) -> list[Any]:
+        return [e for e in self.core.list_namespaced_event(self.ns).items if e.reason == reason]
+
+    def waiting_reason(self, claim: str) -> str | None:
+        c = self.get_claim(claim)
+        for cond in ((c or {}).get("status") or {}).get("conditions") or ():
+            if cond["type"] == api.CONDITION_WAITING and cond["status"] == "True":
+                return str(cond["reason"])
+        return None
+
+    def cleanup(self) -> None:
+        for name in self.classes:
+            try:
+                kube.request(self.api, "DELETE", f"{CLAIMS}/gpuclasses/{name}")
+            except kube.ApiError:
+                pass
+
+
+@pytest.fixture
+def cluster(api_client: client.ApiClient, namespace: str) -> Any:
+    c = Cluster(api_client, namespace)
+    yield c
+    c.cleanup()
+
+
+Nodes = Callable[..., dict[str, Any]]
+
+
+def node_name(node: dict[str, Any]) -> str:
+    return str(node["metadata"]["name"])
+
+
+def test_two_inline_claims_are_placed_together_on_the_one_node_with_room_for_both(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    small = node_name(gpu_nodes("small", gpus=2, labels=cluster.label))
+    big = node_name(gpu_nodes("big", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller()
+    cluster.pod("train", [{"name": "a", "className": cls, "count": 2},
+                          {"name": "b", "className": cls, "count": 2}])
+
+    wait_for(lambda: cluster.running_on("train", big), timeout=60,
+             message=f"pod train Running on {big}, the only node with room for 4 GPUs")
+    for entry in ("a", "b"):
+        claim = cluster.get_claim(f"train-{entry}")
+        assert claim is not None
+        assert claim["status"]["phase"] == "Bound" and claim["status"]["nodeName"] == big
+        assert claim["status"]["reservedFor"][0]["name"] == "train"
+        assert claim["metadata"]["ownerReferences"][0]["name"] == "train"
+        assert api.CLAIM_FINALIZER in claim["metadata"]["finalizers"]
+    placed = cluster.events("Placed")
+    assert len(placed) == 1 and big in placed[0].message and small not in placed[0].message
+    assert rc.metric("gpuclaimctl_placements_total", result="placed", reason="") == 1
+    assert rc.metric("gpuclaimctl_template_claims_created_total") == 2
+    assert rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) == 4
+    assert rc.metric("gpuclaimctl_gpus_allocatable", **{"class": cls}) == 6
+
+
+def test_template_claim_lives_with_its_pod_and_a_recreated_pod_gets_a_fresh_one(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    node = node_name(gpu_nodes("n", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    cluster.template("pair", cls, 2)
+    run_controller()
+    entries = [{"name": "gpus", "template": "pair"}]
+    first = cluster.pod("web-0", entries)
+    wait_for(lambda: cluster.running_on("web-0", node), timeout=60, message="web-0 Running")
+    claim = cluster.get_claim("web-0-gpus")
+    assert claim is not None and claim["status"]["phase"] == "Bound"
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == first["metadata"]["uid"]
+    old_uid = claim["metadata"]["uid"]
+
+    # While the pod runs, the claim stays.
+    cluster.core.patch_namespaced_pod("web-0", cluster.ns, {"metadata": {"labels": {"x": "y"}}})
+    assert cluster.get_claim("web-0-gpus") is not None
+
+    # The pod is done: its claim goes.
+    cluster.core.patch_namespaced_pod_status("web-0", cluster.ns, {"status": {"phase": "Succeeded"}})
+    wait_for(lambda: cluster.get_claim("web-0-gpus") is None, timeout=30,
+             message="the finished pod's template claim to be deleted")
+
+    # A StatefulSet recreates the pod under the same name: a fresh claim.
+    cluster.core.delete_namespaced_pod("web-0", cluster.ns, grace_period_seconds=0)
+    wait_for(lambda: cluster.read_pod("web-0") is None, timeout=30, message="web-0 deleted")
+    second = cluster.pod("web-0", entries)
+    wait_for(lambda: cluster.running_on("web-0", node), timeout=60, message="new web-0 Running")
+    fresh = cluster.get_claim("web-0-gpus")
+    assert fresh is not None and fresh["metadata"]["uid"] != old_uid
+    assert fresh["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
+
+
+def test_a_recreated_pod_waits_for_its_predecessors_claim_instead_of_name_taken(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    node = node_name(gpu_nodes("n", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller()
+    entries = [{"name": "gpu", "className": cls, "count": 1}]
+    cluster.pod("db-0", entries)
+    wait_for(lambda: cluster.running_on("db-0", node), timeout=60, message="db-0 Running")
+    rc.stop()  # the old claim outlives its pod while nobody cleans up
+    cluster.core.delete_namespaced_pod("db-0", cluster.ns, grace_period_seconds=0)
+    wait_for(lambda: cluster.read_pod("db-0") is None, timeout=30, message="db-0 deleted")
+    cluster.pod("db-0", entries)
+    run_controller()
+    wait_for(lambda: cluster.running_on("db-0", node), timeout=60, message="the new db-0 Running")
+    assert cluster.events("NameTaken") == []
+
+
+def test_a_retained_claim_brings_the_next_pod_back_to_the_same_node(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    a = node_name(gpu_nodes("a", gpus=8, labels=cluster.label))
+    b = node_name(gpu_nodes("b", gpus=8, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    cluster.claim("notebook-gpu", cls, 1, reclaimPolicy="Retain")
+    run_controller()
+    cluster.pod("nb", [{"name": "gpu", "claim": "notebook-gpu"}])
+    wait_for(lambda: (cluster.get_claim("notebook-gpu") or {}).get("status", {}).get("nodeName"),
+             timeout=60, message="the retained claim to be bound")
+    home = cluster.get_claim("notebook-gpu")["status"]["nodeName"]  # type: ignore[index]
+    other = b if home == a else a
+    # Make the other node the one bin-packing would now prefer.
+    cluster.pod("filler", [{"name": "g", "className": cls, "count": 4}],
+                node_selector={"kubernetes.io/hostname": other})
+    wait_for(lambda: (cluster.get_claim("filler-g") or {}).get("status", {}).get("nodeName") == other,
+             timeout=60, message=f"filler placed on {other}")
+    cluster.core.delete_namespaced_pod("nb", cluster.ns, grace_period_seconds=0)
+    wait_for(lambda: cluster.read_pod("nb") is None
+             and not cluster.get_claim("notebook-gpu")["status"].get("reservedFor"),  # type: ignore[index]
+             timeout=30, message="the notebook pod gone and its reservation dropped")
+    kept = cluster.get_claim("notebook-gpu")
+    assert kept is not None and kept["status"]["phase"] == "Bound" and kept["status"]["nodeName"] == home
+
+    cluster.pod("nb2", [{"name": "gpu", "claim": "notebook-gpu"}])
+    wait_for(lambda: cluster.running_on("nb2", home), timeout=60,
+             message=f"the next notebook pod back on {home}")
+
+
+def test_a_pod_waits_for_capacity_until_a_node_is_added(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    gpu_nodes("small", gpus=2, labels=cluster.label)
+    cls = cluster.gpu_class("a100")
+    rc = run_controller()
+    cluster.pod("big", [{"name": "g", "className": cls, "count": 4}])
+    wait_for(lambda: cluster.waiting_reason("big-g") == "Capacity", timeout=30,
+             message="claim big-g Waiting with reason Capacity")
+    assert cluster.read_pod("big").spec.scheduling_gates  # still gated
+    assert len(cluster.events("Capacity")) == 1
+    assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="Capacity") >= 1
+
+    new = node_name(gpu_nodes("large", gpus=8, labels=cluster.label))
+    wait_for(lambda: cluster.running_on("big", new), timeout=60,
+             message=f"pod big released onto the new node {new}")
+    assert cluster.waiting_reason("big-g") is None
+    assert len(cluster.events("Capacity")) == 1, "one event per reason change, not per retry"
+
+
+def test_a_pod_waits_with_class_not_found_until_the_class_exists(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    node = node_name(gpu_nodes("n", gpus=4, labels=cluster.label))
+    run_controller()
+    cls = f"later-{cluster.tag}"
+    cluster.pod("p", [{"name": "g", "className": cls, "count": 1}])
+    wait_for(lambda: cluster.waiting_reason("p-g") == "ClassNotFound", timeout=30,
+             message="claim p-g Waiting with ClassNotFound")
+    assert len(cluster.events("ClassNotFound")) == 1
+    assert cluster.gpu_class("later") == cls
+    wait_for(lambda: cluster.running_on("p", node), timeout=60, message="p released once the class exists")
+
+
+def test_a_claim_name_taken_by_someone_else_is_reported(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    gpu_nodes("n", gpus=4, labels=cluster.label)
+    cls = cluster.gpu_class("a100")
+    cluster.claim("p-g", cls, 1)  # a person's claim with the name the template claim needs
+    run_controller()
+    cluster.pod("p", [{"name": "g", "className": cls, "count": 1}])
+    wait_for(lambda: cluster.events("NameTaken"), timeout=30, message="a NameTaken Warning event")
+    ev = cluster.events("NameTaken")[0]
+    assert ev.type == "Warning" and "p-g" in ev.message
+    assert cluster.read_pod("p").spec.scheduling_gates
+    theirs = cluster.get_claim("p-g")
+    assert theirs is not None and not theirs.get("status", {}).get("reservedFor")
+
+
+@pytest.mark.parametrize("annotation, says", [
+    ("not json", "not valid JSON"),
+    ('[{"name": "x", "claim": "a", "template": "b"}]', "sets claim and template"),
+    ('[{"name": "x", "className": "c", "count": 0}]', "count"),
+    ('[{"name": "x", "claim": "a"}, {"name": "x", "claim": "b"}]', "x"),
+], ids=["not-json", "claim-and-template", "count-zero", "duplicate-names"])
+def test_a_malformed_annotation_keeps_the_pod_gated_with_a_warning(
+    cluster: Cluster, run_controller: Callable[..., Any], annotation: str, says: str,
+) -> None:
+    rc = run_controller()
+    cluster.pod("bad", annotation)
+    wait_for(lambda: cluster.events("InvalidClaims"), timeout=30, message="an InvalidClaims event")
+    ev = cluster.events("InvalidClaims")[0]
+    assert ev.type == "Warning" and says in ev.message, ev.message
+    assert cluster.read_pod("bad").spec.scheduling_gates
+    # Cluster-wide: an earlier test's pod in a terminating namespace may count too.
+    assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="InvalidClaims") >= 1
+    # The controller goes on working for everyone else.
+    assert rc.controller.queue.len() >= 0 and not rc.controller.queue.shutting_down()
+
+
+def test_a_node_the_scheduler_refuses_is_rejected_and_the_recreated_pod_lands_elsewhere(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    # Bin-packing prefers the 2-GPU node, but it has too little CPU for the pod.
+    cramped = node_name(gpu_nodes("cramped", gpus=2, cpu="1", labels=cluster.label))
+    roomy = node_name(gpu_nodes("roomy", gpus=8, cpu="32", labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller(reject_for=300.0)
+    template = cluster.pod_manifest("worker", [{"name": "g", "className": cls, "count": 2}], cpu="2")
+    template["metadata"].pop("name")
+    kube.request(cluster.api, "POST", f"/apis/apps/v1/namespaces/{cluster.ns}/replicasets", body={
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "worker"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "worker"}},
+                 "template": template}})
+
+    def worker_running_on_roomy() -> bool:
+        pods = cluster.core.list_namespaced_pod(cluster.ns, label_selector="app=worker").items
+        return any(p.spec.node_name == roomy and p.status.phase == "Running" for p in pods)
+
+    wait_for(worker_running_on_roomy, timeout=90,
+             message=f"a worker pod Running on {roomy} after {cramped} refused the first")
+    rejected = cluster.events("NodeRejected")
+    assert rejected and cramped in rejected[0].message
+    assert rc.metric("gpuclaimctl_refused_pods_total") == 1
+
+
+def test_a_stale_reservation_is_removed_after_its_pod_went_while_the_controller_was_down(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    node = node_name(gpu_nodes("n", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    cluster.claim("shared", cls, 2)
+    first = run_controller()
+    cluster.pod("user", [{"name": "g", "claim": "shared"}])
+    wait_for(lambda: cluster.running_on("user", node), timeout=60, message="user Running")
+    first.stop()
+
+    cluster.core.delete_namespaced_pod("user", cluster.ns, grace_period_seconds=0)
+    wait_for(lambda: cluster.read_pod("user") is None, timeout=30, message="pod user deleted")
+    held = cluster.get_claim("shared")
+    assert held is not None and held["status"]["reservedFor"][0]["name"] == "user"
+
+    second = run_controller()
+    wait_for(lambda: not (cluster.get_claim("shared") or {}).get("status", {}).get("reservedFor"),
+             timeout=30, message="the stale reservation to be removed")
+    freed = cluster.get_claim("shared")
+    assert freed is not None and freed["status"]["phase"] == "Pending"
+    assert "nodeName" not in freed["status"]
+    assert second.metric("gpuclaimctl_stale_reservations_removed_total", cause="deleted") == 1
