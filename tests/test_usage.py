@@ -1,0 +1,232 @@
+"""UsageTracker: GPUs in use per node, applied event by event.
+
+The tracker must always agree with `inflight.used_capacity` over the
+objects it was last shown; the randomized test checks that after every
+event of many seeded sequences.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from gpuclaimctl.inflight import used_capacity
+from gpuclaimctl.usage import UsageTracker
+
+GPU = "nvidia.com/gpu"
+AMD = "amd.com/gpu"
+CLASSES = {"a100": GPU, "mi300": AMD}
+
+Obj = dict[str, Any]
+
+
+def claim(uid: str, count: int = 2, node: str | None = "node-a", phase: str | None = "Bound",
+          cls: str = "a100", reserved: tuple[str, ...] = ()) -> Obj:
+    status: Obj = {}
+    if phase is not None:
+        status["phase"] = phase
+    if node:
+        status["nodeName"] = node
+    if reserved:
+        status["reservedFor"] = [{"name": f"pod-{u}", "uid": u} for u in reserved]
+    return {"metadata": {"name": f"claim-{uid}", "namespace": "ns", "uid": uid},
+            "spec": {"className": cls, "count": count}, "status": status}
+
+
+def pod(uid: str, gpus: int = 1, node: str | None = "node-a", phase: str = "Running",
+        resource: str = GPU) -> Obj:
+    spec: Obj = {"containers": [{"name": "c", "resources": {"requests": {resource: str(gpus)}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": f"pod-{uid}", "namespace": "ns", "uid": uid},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def normalized(usage: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """Zero counts and empty per-resource maps mean the same as absent ones."""
+    out = {r: {n: c for n, c in per_node.items() if c} for r, per_node in usage.items()}
+    return {r: per_node for r, per_node in out.items() if per_node}
+
+
+@pytest.fixture
+def tracker() -> UsageTracker:
+    return UsageTracker(CLASSES)
+
+
+# --- behaviour, one case at a time ------------------------------------------------
+
+
+def test_a_bound_claim_holds_its_count_on_its_node_for_its_class_resource(tracker: UsageTracker) -> None:
+    tracker.set_claim(claim("c1", 2, "node-a"))
+    tracker.set_claim(claim("c2", 4, "node-b", cls="mi300"))
+    tracker.set_claim(claim("c3", 3, None, phase="Pending"))
+    tracker.set_claim(claim("c4", 3, "node-a", phase="Lost"))
+    assert normalized(tracker.totals) == {GPU: {"node-a": 2}, AMD: {"node-b": 4}}
+
+
+def test_updating_a_claim_replaces_what_it_held(tracker: UsageTracker) -> None:
+    tracker.set_claim(claim("c1", 2, "node-a"))
+    tracker.set_claim(claim("c1", 2, "node-b"))
+    assert normalized(tracker.totals) == {GPU: {"node-b": 2}}
+    tracker.set_claim(claim("c1", 2, None, phase="Pending"))
+    assert normalized(tracker.totals) == {}
+
+
+def test_a_pod_a_claim_reserves_counts_once_whichever_arrives_first() -> None:
+    claim_first, pod_first = UsageTracker(CLASSES), UsageTracker(CLASSES)
+    claim_first.set_claim(claim("c1", 2, "node-a", reserved=("p1",)))
+    claim_first.set_pod(pod("p1", gpus=2))
+    pod_first.set_pod(pod("p1", gpus=2))
+    pod_first.set_claim(claim("c1", 2, "node-a", reserved=("p1",)))
+    assert normalized(claim_first.totals) == normalized(pod_first.totals) == {GPU: {"node-a": 2}}
+
+
+def test_a_pod_counts_by_its_requests_again_when_its_last_reserving_claim_goes(tracker: UsageTracker) -> None:
+    tracker.set_pod(pod("p1", gpus=3))
+    tracker.set_claim(claim("c1", 1, "node-a", reserved=("p1",)))
+    tracker.set_claim(claim("c2", 1, "node-a", reserved=("p1",)))
+    assert normalized(tracker.totals) == {GPU: {"node-a": 2}}
+    tracker.delete_claim("c1")
+    assert normalized(tracker.totals) == {GPU: {"node-a": 1}}
+    tracker.set_claim(claim("c2", 1, "node-a"))  # reservation dropped, still bound
+    assert normalized(tracker.totals) == {GPU: {"node-a": 4}}
+
+
+@pytest.mark.parametrize(
+    "the_pod",
+    [
+        pytest.param(pod("p1", phase="Succeeded"), id="succeeded"),
+        pytest.param(pod("p1", phase="Failed"), id="failed"),
+        pytest.param(pod("p1", node=None, phase="Pending"), id="no-node-name"),
+        pytest.param(pod("p1", gpus=0), id="requests-no-gpus"),
+    ],
+)
+def test_a_pod_that_holds_no_node_or_no_gpus_counts_nothing(tracker: UsageTracker, the_pod: Obj) -> None:
+    tracker.set_pod(the_pod)
+    assert normalized(tracker.totals) == {}
+
+
+def test_a_pod_that_finishes_stops_counting_and_a_deleted_one_too(tracker: UsageTracker) -> None:
+    tracker.set_pod(pod("p1", gpus=2))
+    tracker.set_pod(pod("p2", gpus=1))
+    tracker.set_pod(pod("p1", gpus=2, phase="Succeeded"))
+    tracker.delete_pod("p2")
+    tracker.delete_pod("never-seen")
+    assert normalized(tracker.totals) == {}
+
+
+def test_a_claim_of_a_class_the_tracker_does_not_know_counts_against_the_default_resource(
+    tracker: UsageTracker,
+) -> None:
+    tracker.set_claim(claim("c1", 2, "node-a", cls="vanished"))
+    assert normalized(tracker.totals) == {GPU: {"node-a": 2}}
+
+
+def test_pods_count_for_every_class_resource_and_the_default(tracker: UsageTracker) -> None:
+    tracker.set_pod(pod("p1", gpus=2, resource=AMD))
+    tracker.set_pod(pod("p2", gpus=1, resource="example.com/other"))  # no class uses it
+    assert normalized(tracker.totals) == {AMD: {"node-a": 2}}
+
+
+def test_rebuild_starts_again_from_whole_lists_with_the_new_class_resources(tracker: UsageTracker) -> None:
+    tracker.set_claim(claim("old", 5, "node-z"))
+    tracker.set_pod(pod("old-pod", gpus=1, node="node-z"))
+    claims = [claim("c1", 2, "node-a", cls="mi300", reserved=("p1",))]
+    pods = [pod("p1", gpus=2, resource=AMD), pod("p2", gpus=1, resource="example.com/new")]
+    classes = {"mi300": AMD, "new": "example.com/new"}
+    tracker.rebuild(claims, pods, classes)
+    assert tracker.resource_of_class() == classes
+    assert normalized(tracker.totals) == {AMD: {"node-a": 2}, "example.com/new": {"node-a": 1}}
+    assert normalized(tracker.totals) == normalized(used_capacity(claims, pods, classes))
+
+
+# --- the invariant, over random event sequences ----------------------------------
+
+NODES = ("node-a", "node-b", "node-c")
+CLAIM_UIDS = tuple(f"c{i}" for i in range(6))
+POD_UIDS = tuple(f"p{i}" for i in range(8))
+CLASS_CHOICES = ("a100", "mi300", "vanished")
+POD_RESOURCES = (GPU, AMD, "example.com/other")
+
+
+def random_claim(rng: random.Random) -> Obj:
+    c = claim(
+        rng.choice(CLAIM_UIDS),
+        count=rng.choice((1, 2, 3, 0)),
+        node=rng.choice(NODES + (None,)),
+        phase=rng.choice(("Bound", "Bound", "Pending", "Lost", None)),
+        cls=rng.choice(CLASS_CHOICES),
+        # Reservations may name pods never seen and the same pod twice.
+        reserved=tuple(rng.choice(POD_UIDS + ("ghost",)) for _ in range(rng.choice((0, 0, 1, 1, 2)))),
+    )
+    return c
+
+
+def random_pod(rng: random.Random) -> Obj:
+    p = pod(
+        rng.choice(POD_UIDS),
+        gpus=rng.choice((0, 1, 2, 4)),
+        node=rng.choice(NODES + (None,)),
+        phase=rng.choice(("Running", "Running", "Pending", "Succeeded", "Failed")),
+        resource=rng.choice(POD_RESOURCES),
+    )
+    if rng.random() < 0.3:
+        # A second container of another resource, and an init container that may dominate.
+        p["spec"]["containers"].append(
+            {"name": "d", "resources": {"limits": {rng.choice(POD_RESOURCES): str(rng.randint(1, 3))}}})
+        p["spec"]["initContainers"] = [
+            {"name": "i", "resources": {"requests": {rng.choice(POD_RESOURCES): str(rng.randint(0, 5))}}}]
+    return p
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_totals_always_equal_used_capacity_of_the_objects_last_seen(seed: int) -> None:
+    rng = random.Random(seed)
+    classes: dict[str, str] = dict(CLASSES)
+    tracker = UsageTracker(classes)
+    claims: dict[str, Obj] = {}
+    pods: dict[str, Obj] = {}
+    history: list[str] = []
+    for step in range(250):
+        roll = rng.random()
+        if roll < 0.3:
+            c = random_claim(rng)
+            claims[c["metadata"]["uid"]] = c
+            tracker.set_claim(c)
+            history.append(f"set_claim {c['metadata']['uid']} {c['spec']} {c['status']}")
+        elif roll < 0.4:
+            uid = rng.choice(CLAIM_UIDS)
+            claims.pop(uid, None)
+            tracker.delete_claim(uid)
+            history.append(f"delete_claim {uid}")
+        elif roll < 0.75:
+            p = random_pod(rng)
+            pods[p["metadata"]["uid"]] = p
+            tracker.set_pod(p)
+            history.append(f"set_pod {p['metadata']['uid']} {p['spec']} {p['status']}")
+        elif roll < 0.85:
+            uid = rng.choice(POD_UIDS)
+            pods.pop(uid, None)
+            tracker.delete_pod(uid)
+            history.append(f"delete_pod {uid}")
+        elif roll < 0.88:
+            # Classes change their resource: the controller rebuilds.
+            classes = rng.choice(({"a100": GPU, "mi300": AMD},
+                                  {"a100": GPU, "mi300": "example.com/other"},
+                                  {"a100": AMD}))
+            tracker.rebuild(list(claims.values()), list(pods.values()), classes)
+            history.append(f"rebuild {classes}")
+        else:
+            continue
+        want = normalized(used_capacity(claims.values(), pods.values(), classes))
+        assert normalized(tracker.totals) == want, (
+            f"seed {seed} step {step}; last events:\n" + "\n".join(history[-8:]))
+    # Deleting everything leaves nothing behind.
+    for uid in list(claims):
+        tracker.delete_claim(uid)
+    for uid in list(pods):
+        tracker.delete_pod(uid)
+    assert normalized(tracker.totals) == {}
