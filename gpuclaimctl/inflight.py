@@ -87,7 +87,11 @@ class InFlightPlacements:
             return
         uid = (claim.get("metadata") or {}).get("uid", "")
         status = claim.get("status") or {}
-        self.observe(uid, None if deleted else status.get("phase"), status.get("nodeName"))
+        # A claim with no phase yet is Pending (just created), not gone:
+        # reading it as gone dropped the entry of every template claim whose
+        # creation event arrived after its placement was decided.
+        phase = None if deleted else (status.get("phase") or Phase.PENDING)
+        self.observe(uid, phase, status.get("nodeName"))
 
     def get(self, claim_uid: str) -> InFlight | None:
         with self.lock:

@@ -107,14 +107,19 @@ def _place(ctl: Controller, pod: Obj) -> None:
     if isinstance(decision, Waiting):
         _waiting(ctl, pod, decision, raw)
         return
+    written: set[str] = set()
     try:
         for action in decision.claims:
             _bind(ctl, pod, raw[action.claim], action.node, action.action)
+            written.add(action.uid)
         _release(ctl, pod, decision.node)
     except Exception:
+        # A claim whose bind was written holds its GPUs: its entry stays
+        # until the informer shows it Bound. Only unwritten ones are freed.
         with ctl.placement_lock:
             for a in decision.new_gpus():
-                ctl.inflight.forget(a.uid)
+                if a.uid not in written:
+                    ctl.inflight.forget(a.uid)
         raise
     created = parse_time(meta.get("creationTimestamp"))
     if ctl.metrics is not None:

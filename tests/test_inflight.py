@@ -209,3 +209,14 @@ def test_combine_sums_without_changing_its_inputs() -> None:
     assert base[GPU] == {"node-a": 1, "node-b": 2}
     assert out[AMD] is base[AMD]
     assert combine() == {}
+
+
+def test_a_new_claim_without_a_phase_keeps_its_in_flight_placement() -> None:
+    """The creation event of a template claim can arrive after its placement
+    was decided; a claim with no phase yet is Pending, not gone."""
+    flight = InFlightPlacements(ttl=60.0, clock=lambda: 0.0)
+    flight.add("u1", "n1", "nvidia.com/gpu", 2)
+    flight.observe_claim({"metadata": {"uid": "u1"}, "spec": {"count": 2}})
+    assert flight.usage() == {"nvidia.com/gpu": {"n1": 2}}
+    flight.observe_claim({"metadata": {"uid": "u1"}, "status": {"phase": "Bound", "nodeName": "n1"}})
+    assert flight.usage() == {}
