@@ -61,8 +61,9 @@ def reservation_verdict(ref_uid: str, pod: PodFacts | None) -> Stale | None:
 
 
 def pod_done(pod: PodFacts | None, owner_uid: str) -> bool:
-    """The owner of a template claim has finished or is gone."""
-    return pod is None or pod.uid != owner_uid or pod.phase in _FINISHED
+    """The owner of a template claim has finished, is gone, or will never
+    run (deleted before it was scheduled: upstream's isPodDone)."""
+    return pod is None or reservation_verdict(owner_uid, pod) is not None
 
 
 @dataclass(frozen=True)
