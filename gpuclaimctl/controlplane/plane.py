@@ -9,6 +9,11 @@ context manager, at interpreter exit, and by the kernel if this process dies
 This is a development and test tool: it runs everything as the caller with
 one admin credential (system:masters), and it must never be pointed at
 anything but loopback.
+
+The API server keeps a Metadata-level audit log of the requests of service
+accounts only (`audit_events()`): tests run the controller as its service
+account to prove its RBAC, and read there what it actually did. The admin
+and the plane's own components are not audited, so the log stays small.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from gpuclaimctl.controlplane import build
 from gpuclaimctl.controlplane.pki import PKI, make_pki
@@ -50,6 +55,16 @@ KWOK_NODE_ANNOTATION_VALUE = "fake"
 SERVICE_CIDR = "10.0.0.0/24"
 UNCACHED_RESOURCE = "podtemplates"
 KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
+# Who is audited, and how much: verb, user and object reference, no bodies.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+        {"level": "None"},
+    ],
+}
 _PR_SET_PDEATHSIG = 1
 
 
@@ -94,6 +109,7 @@ class ControlPlane:
         components: Iterable[str] = (),
         log: Callable[[str], None] = lambda _m: None,
         ready_timeout: float = 90.0,
+        admission_plugins: Iterable[str] = (),
     ) -> None:
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpuclaimctl-plane-"))
@@ -103,6 +119,9 @@ class ControlPlane:
                 raise ValueError(f"unknown component {c!r}; choose from {', '.join(OPTIONAL)}")
         self._log = log
         self._ready_timeout = ready_timeout
+        # Beyond the API server's default set, for tests of what a stricter
+        # cluster would refuse (OwnerReferencesPermissionEnforcement, say).
+        self._admission_plugins = list(admission_plugins)
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.RLock()
         self.bin: dict[str, Path] = {}
@@ -111,6 +130,7 @@ class ControlPlane:
         self.etcd_peer_port = _free_port()
         self.apiserver_port = _free_port()
         self.kubeconfig = self.workdir / "kubeconfig"
+        self.audit_log = self.workdir / "audit.log"
         self._atexit_registered = False
 
     # -- lifecycle ------------------------------------------------------
@@ -183,6 +203,8 @@ class ControlPlane:
     def start_apiserver(self) -> None:
         assert self.pki is not None
         p = self.pki
+        policy = self.workdir / "audit-policy.json"
+        policy.write_text(json.dumps(AUDIT_POLICY))
         argv = [
             str(self.bin[APISERVER]),
             f"--etcd-servers={self.etcd_endpoint}",
@@ -210,7 +232,14 @@ class ControlPlane:
             # the cache would keep serving old revisions from its own window.
             f"--watch-cache-sizes={UNCACHED_RESOURCE}#0",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            # Each event is on disk before its request's response is sent.
+            "--audit-log-mode=blocking",
         ]
+        if self._admission_plugins:
+            argv.append(f"--enable-admission-plugins={','.join(self._admission_plugins)}")
         self._spawn(APISERVER, argv)
         self._wait_ready(APISERVER, lambda: self._get("/readyz") == 200)
 
@@ -219,6 +248,26 @@ class ControlPlane:
             p = self._procs.get(APISERVER)
             if p is not None:
                 self._stop_proc(p)
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Audit events of service accounts' requests so far, oldest first.
+
+        One event per request: a watch's ResponseStarted is replaced by its
+        ResponseComplete once that is written. `user` keeps one user's
+        (`system:serviceaccount:<namespace>:<name>`).
+        """
+        if not self.audit_log.exists():
+            return []
+        by_id: dict[str, dict[str, Any]] = {}
+        for line in self.audit_log.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # the last line, half written
+            if user is None or event.get("user", {}).get("username") == user:
+                by_id.pop(event["auditID"], None)
+                by_id[event["auditID"]] = event
+        return sorted(by_id.values(), key=lambda e: str(e.get("requestReceivedTimestamp")))
 
     # -- etcd ------------------------------------------------------------
 
