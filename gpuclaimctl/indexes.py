@@ -26,52 +26,75 @@ Obj = dict[str, Any]
 
 def has_gate(pod: Obj) -> bool:
     return any(g.get("name") == api.SCHEDULING_GATE
-               for g in (pod.get("spec") or {}).get("schedulingGates") or ())
+               for g in _dicts(_field(pod, "spec").get("schedulingGates")))
 
 
 def claims_by_owner_pod(claim: Obj) -> list[str]:
-    meta = claim.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1":
-            return [f"{meta.get('namespace', '')}/{ref.get('name', '')}"]
+    meta = _field(claim, "metadata")
+    for ref in _dicts(meta.get("ownerReferences")):
+        name = _str(ref.get("name"))
+        if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1" \
+                and name:
+            return [f"{_str(meta.get('namespace'))}/{name}"]
     return []
 
 
 def claims_by_reserved_pod(claim: Obj) -> list[str]:
-    ns = (claim.get("metadata") or {}).get("namespace", "")
-    return [f"{ns}/{r.get('name', '')}"
-            for r in (claim.get("status") or {}).get("reservedFor") or ()]
+    ns = _str(_field(claim, "metadata").get("namespace"))
+    names = (_str(r.get("name")) for r in _dicts(_field(claim, "status").get("reservedFor")))
+    return [f"{ns}/{name}" for name in names if name]
 
 
 def claims_by_rejected_node(claim: Obj) -> list[str]:
-    return [r["nodeName"] for r in (claim.get("status") or {}).get("rejectedNodes") or ()
-            if r.get("nodeName")]
+    nodes = (_str(r.get("nodeName")) for r in _dicts(_field(claim, "status").get("rejectedNodes")))
+    return [node for node in nodes if node]
 
 
 def claims_by_node(claim: Obj) -> list[str]:
-    node = (claim.get("status") or {}).get("nodeName")
+    node = _str(_field(claim, "status").get("nodeName"))
     return [node] if node else []
 
 
 def pods_by_claim(pod: Obj) -> list[str]:
-    meta = pod.get("metadata") or {}
-    if api.CLAIMS_ANNOTATION not in (meta.get("annotations") or {}):
+    meta = _field(pod, "metadata")
+    ns, name = _str(meta.get("namespace")), _str(meta.get("name"))
+    # pod_claims raises only PodClaimsError, given a string annotation.
+    if not name or not isinstance(_field(meta, "annotations").get(api.CLAIMS_ANNOTATION), str):
         return []
     try:
         entries = pod_claims(pod)
     except PodClaimsError:
         return []
-    ns, name = meta.get("namespace", ""), meta.get("name", "")
     return [f"{ns}/{e.claim_name(name)}" for e in entries]
 
 
 def pods_by_node(pod: Obj) -> list[str]:
-    node = (pod.get("spec") or {}).get("nodeName")
+    node = _str(_field(pod, "spec").get("nodeName"))
     return [node] if node else []
 
 
 def waiting_pods(pod: Obj) -> list[str]:
     return [""] if has_gate(pod) else []
+
+
+# The API server's schemas make the shapes below hold for every object it
+# serves; these guards keep a hand-made or future-version object from
+# breaking the informer that indexes it.
+
+
+def _field(obj: Any, name: str) -> dict[str, Any]:
+    """obj[name] if both are objects, else {}."""
+    value = obj.get(name) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects in a list; nothing for anything else."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 CLAIM_INDEXERS = {
