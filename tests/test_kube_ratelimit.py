@@ -1,0 +1,152 @@
+"""kube.TokenBucket (--kube-api-qps/--kube-api-burst) on a fake clock, and
+the one-request seam that consults it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+import pytest
+
+from gpuclaimctl import kube
+from gpuclaimctl.kube import ApiError, TokenBucket
+
+
+class FakeTime:
+    """A clock and a sleep that advances it, so waits are exact and instant."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake() -> FakeTime:
+    return FakeTime()
+
+
+def test_a_full_bucket_lets_a_burst_through_then_spaces_requests_at_qps(fake: FakeTime) -> None:
+    bucket = TokenBucket(qps=10, burst=3, clock=fake.clock, sleep=fake.sleep)
+    delays = [bucket.wait() for _ in range(6)]
+    assert delays[:3] == [0.0, 0.0, 0.0]
+    assert delays[3:] == pytest.approx([0.1, 0.1, 0.1])
+    assert fake.slept == pytest.approx([0.1, 0.1, 0.1])
+    assert fake.now == pytest.approx(100.3)
+
+
+def test_idle_time_refills_the_bucket_but_never_beyond_the_burst(fake: FakeTime) -> None:
+    bucket = TokenBucket(qps=10, burst=3, clock=fake.clock, sleep=fake.sleep)
+    for _ in range(3):
+        bucket.wait()
+    fake.now += 3600  # an hour idle is worth 36,000 tokens, capped at 3
+    assert [bucket.wait() for _ in range(4)] == pytest.approx([0.0, 0.0, 0.0, 0.1])
+
+
+def test_a_partly_refilled_bucket_waits_only_for_the_missing_part(fake: FakeTime) -> None:
+    bucket = TokenBucket(qps=10, burst=1, clock=fake.clock, sleep=fake.sleep)
+    assert bucket.wait() == 0.0
+    fake.now += 0.06
+    assert bucket.wait() == pytest.approx(0.04)
+
+
+def test_callers_arriving_together_are_given_successive_slots(fake: FakeTime) -> None:
+    # Nobody's sleep has ended yet (the clock stands still): each caller
+    # reserves the next slot, so they leave 1/qps apart, not all at once.
+    waits: list[float] = []
+    bucket = TokenBucket(qps=4, burst=2, clock=fake.clock, sleep=waits.append)
+    assert [bucket.wait() for _ in range(5)] == pytest.approx([0.0, 0.0, 0.25, 0.5, 0.75])
+    assert waits == pytest.approx([0.25, 0.5, 0.75])
+
+
+def test_concurrent_callers_never_exceed_burst_plus_qps_times_elapsed(fake: FakeTime) -> None:
+    lock = threading.Lock()
+    granted: list[float] = []  # when each caller's token became due
+
+    def sleep(seconds: float) -> None:
+        pass  # the due time is clock + delay; the clock stands still
+
+    bucket = TokenBucket(qps=50, burst=5, clock=fake.clock, sleep=sleep)
+
+    def caller() -> None:
+        for _ in range(20):
+            delay = bucket.wait()
+            with lock:
+                granted.append(fake.now + delay)
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    granted.sort()
+    assert len(granted) == 80
+    for i, due in enumerate(granted):
+        # The (i+1)th token is due no earlier than (i+1 - burst)/qps after the start.
+        assert due - 100.0 >= (i + 1 - 5) / 50 - 1e-9
+
+
+# --- request() and its limiter ------------------------------------------------------
+
+
+class FakeResponse:
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self._body = body
+
+    def read(self) -> bytes:
+        return self._body
+
+
+class FakeApiClient:
+    """The two methods of kubernetes.client.ApiClient that request() uses."""
+
+    def __init__(self, *responses: FakeResponse) -> None:
+        self.responses = list(responses)
+        self.sent: list[tuple[str, str]] = []
+
+    def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
+        return method, "https://api" + path, kw["header_params"], kw["body"], []
+
+    def call_api(self, method: str, url: str, **kw: Any) -> FakeResponse:
+        self.sent.append((method, url))
+        return self.responses.pop(0)
+
+
+def test_request_returns_the_body_of_a_success() -> None:
+    api = FakeApiClient(FakeResponse(200, b'{"kind":"Pod"}'), FakeResponse(201, b""))
+    assert kube.request_json(api, "GET", "/api/v1/pods") == {"kind": "Pod"}  # type: ignore[arg-type]
+    assert kube.request_json(api, "POST", "/api/v1/pods", body={}) == {}  # type: ignore[arg-type]
+
+
+def test_an_error_status_raises_with_the_api_servers_reason_and_message() -> None:
+    status = {"kind": "Status", "reason": "Conflict", "message": "the object has been modified"}
+    api = FakeApiClient(FakeResponse(409, orjson.dumps(status)), FakeResponse(502, b"<html>bad gateway"))
+    with pytest.raises(ApiError) as e:
+        kube.request(api, "PUT", "/x")  # type: ignore[arg-type]
+    assert (e.value.status, e.value.reason, e.value.message) == (409, "Conflict", "the object has been modified")
+    with pytest.raises(ApiError) as e:
+        kube.request(api, "GET", "/x")  # type: ignore[arg-type]
+    assert (e.value.status, e.value.reason, e.value.message) == (502, "", "<html>bad gateway")
+
+
+def test_requests_through_a_limited_client_wait_for_their_token(
+    fake: FakeTime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kube, "TokenBucket",
+                        lambda qps, burst: TokenBucket(qps, burst, clock=fake.clock, sleep=fake.sleep))
+    limited = FakeApiClient(*[FakeResponse(200, b"") for _ in range(4)])
+    unlimited = FakeApiClient(*[FakeResponse(200, b"") for _ in range(4)])
+    kube.set_rate_limit(limited, qps=2, burst=2)  # type: ignore[arg-type]
+    for _ in range(4):
+        kube.request(limited, "GET", "/x")  # type: ignore[arg-type]
+        kube.request(unlimited, "GET", "/x")  # type: ignore[arg-type]
+    assert fake.slept == pytest.approx([0.5, 0.5])
+    assert len(limited.sent) == len(unlimited.sent) == 4
