@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 from gpuclaimctl.api import Strategy
 
@@ -45,14 +46,32 @@ class Options:
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the first bad value."""
+        # NaN passes every comparison below, and an infinite duration
+        # overflows the timers it reaches (Event.wait, TTL caches).
+        for flag, number in (("--resync-period", self.resync_period),
+                             ("--leader-elect-lease-duration", self.lease_duration),
+                             ("--leader-elect-renew-deadline", self.renew_deadline),
+                             ("--leader-elect-retry-period", self.retry_period),
+                             ("--kube-api-qps", self.kube_api_qps),
+                             ("--reject-for", self.reject_for),
+                             ("--node-lost-grace", self.node_lost_grace),
+                             ("inflight_ttl", self.inflight_ttl),
+                             ("--shutdown-timeout", self.shutdown_timeout)):
+            if not math.isfinite(number):
+                raise ValueError(f"{flag} must be a finite number, got {number}")
         if self.workers < 1:
             raise ValueError(f"--workers must be at least 1, got {self.workers}")
         if self.resync_period < 0:
             raise ValueError("--resync-period must not be negative (0 disables resync)")
         for flag, value in (("--reject-for", self.reject_for),
-                            ("--node-lost-grace", self.node_lost_grace)):
+                            ("--node-lost-grace", self.node_lost_grace),
+                            ("--shutdown-timeout", self.shutdown_timeout)):
             if value < 0:
                 raise ValueError(f"{flag} must not be negative, got {value}")
+        if self.inflight_ttl <= 0:
+            # Placements would stop counting before the watch shows them:
+            # the overcommit the in-flight table exists to prevent.
+            raise ValueError(f"inflight_ttl must be positive, got {self.inflight_ttl}")
         if self.kube_api_qps <= 0 or self.kube_api_burst < 1:
             raise ValueError("--kube-api-qps must be > 0 and --kube-api-burst at least 1")
         if self.kube_api_burst < self.kube_api_qps:
