@@ -78,8 +78,10 @@ class Options:
             raise ValueError("--kube-api-burst must be at least --kube-api-qps")
         if self.verbosity < 0:
             raise ValueError("-v must not be negative")
-        if self.local and self.kubeconfig:
-            raise ValueError("--local starts its own control plane; do not also give --kubeconfig")
+        if self.local and (self.kubeconfig or self.context):
+            # The local plane's kubeconfig has one context of its own.
+            raise ValueError("--local starts its own control plane; "
+                             "do not also give --kubeconfig or --context")
         for flag, addr in (("--metrics-bind-address", self.metrics_bind_address),
                            ("--health-bind-address", self.health_bind_address)):
             parse_bind_address(addr, flag)
