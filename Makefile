@@ -11,9 +11,12 @@ PYTEST_ARGS ?=
 .PHONY: run test install controlplane lint typecheck bench bench-workqueue \
         bench-informers bench-placement bench-controller clean
 
-$(STAMP): setup.cfg
+# The runtime dependencies at the exact versions the image ships
+# (deploy/requirements.txt), then the project and its test tools.
+$(STAMP): setup.cfg deploy/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r deploy/requirements.txt
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

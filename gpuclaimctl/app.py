@@ -60,8 +60,8 @@ def _with_kubeconfig(options: Options, path: str) -> Options:
 
 def _api_client(options: Options) -> client.ApiClient:
     if options.kubeconfig or options.context:
-        api_client = config.new_client_from_config(config_file=options.kubeconfig,
-                                                   context=options.context)
+        api_client: client.ApiClient = config.new_client_from_config(
+            config_file=options.kubeconfig, context=options.context)
     else:
         try:
             cfg = client.Configuration()
@@ -111,7 +111,8 @@ def _serve(options: Options, api_client: client.ApiClient) -> int:
     if elector is not None:
         # kube-controller-manager's margin: unhealthy once the lease could
         # have expired 20 s ago without us noticing.
-        healthz.append(Check("leaderElection", lambda: elector.check(20.0)))  # type: ignore[union-attr]
+        le = elector
+        healthz.append(Check("leaderElection", lambda: le.check(20.0)))
     endpoints = EndpointServer(registry=registry, metrics_address=options.metrics_bind_address,
                                health_address=options.health_bind_address,
                                healthz=healthz, readyz=[Check("informer-sync", caches_synced)])

@@ -27,7 +27,7 @@ def _seconds(value: str) -> float:
     return float(text)
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[float]):
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:

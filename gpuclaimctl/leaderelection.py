@@ -202,7 +202,7 @@ class LeaseLock:
         return f"{self._namespace}/{self._name}"
 
     def close(self) -> None:
-        self._client.close()  # type: ignore[no-untyped-call]
+        self._client.close()
 
     def get(self, timeout: float) -> LeaderElectionRecord | None:
         status, body = self._request("GET", f"{self._collection}/{self._name}", None, timeout)
@@ -255,7 +255,7 @@ class LeaseLock:
             auth_settings=["BearerToken"],
         )
         response = self._client.call_api(*request, _request_timeout=max(timeout, 0.001))
-        data = response.read()  # type: ignore[no-untyped-call]
+        data = response.read()
         try:
             decoded = orjson.loads(data) if data else {}
         except orjson.JSONDecodeError:

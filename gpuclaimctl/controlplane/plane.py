@@ -273,7 +273,9 @@ class ControlPlane:
 
     def etcd_revision(self) -> int:
         body = self._etcd_post("/v3/kv/range", {"key": base64.b64encode(b"\0").decode()})
-        return int(body["header"]["revision"])
+        header = body["header"]
+        assert isinstance(header, dict)
+        return int(header["revision"])
 
     def compact_etcd(self) -> int:
         """Compact etcd at its current revision; return that revision."""
