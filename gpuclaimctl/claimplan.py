@@ -168,7 +168,7 @@ def plan_claim(
         if until is None or until <= now:
             continue
         changed = (nodes_changed or {}).get(r.get("nodeName", ""))
-        if changed is not None and changed >= until - timedelta(seconds=reject_for):
+        if changed is not None and changed >= rejection_made_by(until, reject_for):
             continue
         live.append(r)
         plan._soonest((until - now).total_seconds())
@@ -176,6 +176,18 @@ def plan_claim(
         status["rejectedNodes"] = live
         plan.status_changed = True
     return plan
+
+
+# `until` is written in whole seconds (podsync cuts the fraction off).
+_UNTIL_PRECISION = timedelta(seconds=1)
+
+
+def rejection_made_by(until: datetime, reject_for: float) -> datetime:
+    """The latest moment a rejection lasting until `until` can have been
+    made. A node change at or after it surely came after the rejection and
+    ends it; an earlier one may have come before the rejection (may even be
+    the change the node was refused for) and does not."""
+    return until - timedelta(seconds=reject_for) + _UNTIL_PRECISION
 
 
 def _owner_uid(claim: Mapping[str, Any]) -> str:

@@ -315,22 +315,28 @@ def test_an_unreadable_rejection_time_is_pruned_rather_than_kept_forever() -> No
     assert result.status_changed
 
 
+def rejected_at(made: datetime) -> Obj:
+    """A waiting claim whose node-b was rejected at `made`, with `until`
+    written as podsync writes it: whole seconds, the fraction cut off."""
+    return waiting(rejected=(("node-b", ts(made + timedelta(seconds=REJECT_FOR))),))
+
+
 @pytest.mark.parametrize(
-    "changed_at, kept",
+    "made, changed_at, kept",
     [
-        # The rejection was made at until - REJECT_FOR = NOW - 60 s.
-        pytest.param(ago(30), False, id="node-changed-after-the-rejection"),
-        pytest.param(ago(60), False, id="node-changed-as-the-rejection-was-made"),
-        pytest.param(ago(120), True, id="node-changed-before-the-rejection"),
-        pytest.param(None, True, id="node-never-changed"),
+        pytest.param(ago(60), ago(30), False, id="node-changed-after-the-rejection"),
+        pytest.param(ago(60), ago(59), False, id="node-changed-a-second-after-the-written-time"),
+        pytest.param(ago(60), ago(120), True, id="node-changed-before-the-rejection"),
+        # Rejected at NOW-59.3 s; `until` says NOW+540 s, as if made at NOW-60 s.
+        pytest.param(ago(59.3), ago(59.8), True, id="node-changed-before-it-within-the-cut-fraction"),
+        pytest.param(ago(60), None, True, id="node-never-changed"),
     ],
 )
-def test_a_rejection_ends_early_when_its_node_changed_after_it_was_made(
-    changed_at: datetime | None, kept: bool
+def test_a_rejection_ends_early_only_when_its_node_changed_surely_after_it_was_made(
+    made: datetime, changed_at: datetime | None, kept: bool
 ) -> None:
-    claim = waiting(rejected=(("node-b", ts(later(REJECT_FOR - 60))),))
     changed = {"node-b": changed_at} if changed_at is not None else {"node-c": NOW}
-    result = plan(claim, nodes_changed=changed)
+    result = plan(rejected_at(made), nodes_changed=changed)
     assert bool(result.status["rejectedNodes"]) is kept
     assert result.status_changed is not kept
 
