@@ -44,8 +44,8 @@ class RunningController:
             self._thread.join(30)
         self.factory.shutdown()
 
-    def metric(self, name: str, **labels: str) -> float:
-        value = self.registry.get_sample_value(name, labels)
+    def metric(self, metric: str, /, **labels: str) -> float:
+        value = self.registry.get_sample_value(metric, labels)
         return 0.0 if value is None else float(value)
 
 

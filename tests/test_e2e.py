@@ -146,6 +146,10 @@ def test_two_inline_claims_are_placed_together_on_the_one_node_with_room_for_bot
     assert rc.metric("gpuclaimctl_template_claims_created_total") == 2
     assert rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) == 4
     assert rc.metric("gpuclaimctl_gpus_allocatable", **{"class": cls}) == 6
+    assert rc.metric("gpuclaimctl_claims", **{"class": cls, "phase": "Bound"}) == 2
+    assert rc.metric("gpuclaimctl_pod_release_seconds_count") == 1
+    assert rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="pod", result="ok") >= 1
+    assert rc.metric("workqueue_adds_total", name="gpuclaimctl") >= 1
 
 
 def test_template_claim_lives_with_its_pod_and_a_recreated_pod_gets_a_fresh_one(
@@ -351,3 +355,30 @@ def test_a_stale_reservation_is_removed_after_its_pod_went_while_the_controller_
     assert "nodeName" not in freed["status"]
     # Cluster-wide: claims of earlier tests' namespaces may be cleaned up too.
     assert second.metric("gpuclaimctl_stale_reservations_removed_total", cause="deleted") >= 1
+
+
+def test_a_claim_whose_node_vanished_is_lost_and_placed_again_for_its_next_pod(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    doomed = node_name(gpu_nodes("doomed", gpus=8, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    cluster.claim("keep", cls, 2, reclaimPolicy="Retain")
+    rc = run_controller(node_lost_grace=2.0)
+    cluster.pod("first", [{"name": "g", "claim": "keep"}])
+    wait_for(lambda: cluster.running_on("first", doomed), timeout=60, message="first Running")
+    cluster.core.delete_namespaced_pod("first", cluster.ns, grace_period_seconds=0)
+    wait_for(lambda: cluster.read_pod("first") is None, timeout=30, message="first deleted")
+
+    cluster.core.delete_node(doomed)
+    wait_for(lambda: (cluster.get_claim("keep") or {}).get("status", {}).get("phase") == "Lost",
+             timeout=30, message="the claim Lost once its node is gone past the grace period")
+    assert cluster.events("Lost")
+    assert rc.metric("gpuclaimctl_claims_lost_total") >= 1
+
+    spare = node_name(gpu_nodes("spare", gpus=4, labels=cluster.label))
+    cluster.pod("second", [{"name": "g", "claim": "keep"}])
+    wait_for(lambda: cluster.running_on("second", spare), timeout=60,
+             message=f"the next pod placed again, on {spare}")
+    moved = cluster.get_claim("keep")
+    assert moved is not None and moved["status"]["phase"] == "Bound"
+    assert moved["status"]["nodeName"] == spare
