@@ -48,8 +48,10 @@ def sync_claim(ctl: Controller, key: str) -> None:
         n = ctl.nodes.get(node_name)
         ready = n is not None and any(c.get("type") == "Ready" and c.get("status") == "True"
                                       for c in (n.get("status") or {}).get("conditions") or ())
-        node = NodeFacts(exists=n is not None, ready=ready,
-                         unhealthy_since=ctl.node_unhealthy_since.get(node_name))
+        # A node that went while we were down has no delete event: its grace
+        # period starts the first time a sync finds it missing or NotReady.
+        since = None if ready else ctl.node_unhealthy_since.setdefault(node_name, ctl.now())
+        node = NodeFacts(exists=n is not None, ready=ready, unhealthy_since=since)
 
     plan = plan_claim(claim, pods, owner, node, ctl.now(),
                       node_lost_grace=ctl.options.node_lost_grace,

@@ -7,6 +7,7 @@ Bad values are refused with one line, before anything starts.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -17,13 +18,18 @@ from gpuclaimctl.api import Strategy
 from gpuclaimctl.options import LogFormat, Options
 
 
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_DURATION_PART = re.compile(_NUMBER + r"(ms|s|m|h)")
+_DURATION = re.compile(r"[-+]?(?:" + _NUMBER + r"(?:ms|s|m|h))+")
+
+
 def _seconds(value: str) -> float:
-    """`90`, `90s`, `10m`, `1h` → seconds."""
+    """`90`, `90s`, `10m`, `1h`, or Go-style `1m30s` → seconds."""
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     text = value.strip()
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * units[suffix]
+    if _DURATION.fullmatch(text):
+        sign = -1.0 if text.startswith("-") else 1.0
+        return sign * sum(float(n) * units[u] for n, u in _DURATION_PART.findall(text))
     return float(text)
 
 

@@ -331,6 +331,9 @@ class Controller:
 
     def _node_changed(self, old: Obj | None, new: Obj) -> None:
         name = new["metadata"]["name"]
+        if old is None and name in self.node_unhealthy_since:
+            # Re-created under the same name: as good as changed.
+            self.node_changed_at[name] = self.now()
         ready = _node_ready(new)
         if ready:
             self.node_unhealthy_since.pop(name, None)

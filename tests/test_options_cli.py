@@ -217,3 +217,13 @@ def test_a_bad_flag_is_refused_with_one_line_and_exit_code_2(
     assert result.output.rstrip("\n").endswith(errors[0]), "the message is the last, single line"
     assert "Traceback" not in result.output
     assert captured == []
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h", 3600.0), ("1m30s", 90.0),
+    ("500ms", 0.5), ("2h0m5s", 7205.0),
+], ids=lambda v: str(v))
+def test_durations_read_like_kubernetes_flags(text: str, seconds: float) -> None:
+    from gpuclaimctl.cli import _seconds
+
+    assert _seconds(text) == seconds
