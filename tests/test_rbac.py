@@ -1,0 +1,344 @@
+"""The controller's RBAC, proven on the real plane (issue 6, item 5).
+
+deploy/'s ServiceAccount, ClusterRole, ClusterRoleBinding and the Lease's
+Role and RoleBinding are applied as an operator applies them; the real
+`gpuclaimctl run --leader-elect` process then runs with that service
+account's token and nothing else, and must do its whole job: place a pod's
+set (template and inline claims created, bound, the pod released), remove
+a stale reservation, delete a finished pod's template claims, delete a pod
+the scheduler refused, write events, and hold its Lease.
+
+The API server's audit log (every request of a service account, at
+Metadata level) then says which (verb, resource) pairs the controller used.
+The roles must grant nothing beyond those, except grants listed in
+UNEXERCISED with the reason no request shows them; each reason is checked
+by an experiment of its own where one is possible.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import signal
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+from kubernetes import client, config, utils
+
+from gpuclaimctl import api, kube
+from gpuclaimctl.controlplane import ControlPlane
+from gpuclaimctl.podclaims import ClaimEntry, template_claim
+from tests.helpers import gpu_node_manifest, node_is_ready, wait_for
+from tests.test_deploy_manifests import (
+    DEPLOY,
+    SERVICE_ACCOUNT,
+    SYSTEM_NAMESPACE,
+    kubectl,
+    load_yaml_docs,
+)
+from tests.test_e2e import Cluster
+from tests.test_failover import ControllerProcess, lease_holder
+
+pytestmark = pytest.mark.plane
+
+FIELD_MANAGER = "gpuclaimctl-rbac-test"
+RBAC_FILES = ["namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
+              "clusterrolebinding.yaml", "leader-election-rbac.yaml"]
+# The Lease the Role names; the Deployment's lease name.
+LEASE_NAME = "gpuclaimctl"
+OWNER_REFERENCES_PLUGIN = "OwnerReferencesPermissionEnforcement"
+
+# (verb, apiGroup, resource, subresource) granted but never seen in a request.
+UNEXERCISED = {
+    ("update", "", "pods", "finalizers"): (
+        "no request uses it: clusters running the OwnerReferencesPermissionEnforcement "
+        "admission plugin check it when the controller creates a template claim owned by "
+        "its pod with blockOwnerDeletion; the experiment below shows the create refused "
+        "without it"),
+}
+
+Access = tuple[str, str, str, str]
+
+
+def rbac_docs() -> list[dict[str, Any]]:
+    return [d for f in RBAC_FILES for d in load_yaml_docs(DEPLOY / f)]
+
+
+def apply(plane: ControlPlane, docs: list[dict[str, Any]]) -> None:
+    kubectl(plane, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}",
+            "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+
+def granted(docs: list[dict[str, Any]]) -> set[Access]:
+    """Every (verb, group, resource, subresource) a ClusterRole or Role in docs grants."""
+    out: set[Access] = set()
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "Role"):
+            continue
+        for rule in doc["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    name, _, sub = resource.partition("/")
+                    for verb in rule["verbs"]:
+                        out.add((verb, group, name, sub))
+    return out
+
+
+def used(events: list[dict[str, Any]]) -> set[Access]:
+    out: set[Access] = set()
+    for e in events:
+        ref = e.get("objectRef")
+        if ref:
+            out.add((e["verb"], ref.get("apiGroup", ""), ref["resource"],
+                     ref.get("subresource", "")))
+    return out
+
+
+def service_account_kubeconfig(plane: ControlPlane, api_client: client.ApiClient,
+                               path: Path) -> Path:
+    """A kubeconfig holding a token of deploy/'s service account, and nothing else."""
+    assert plane.pki is not None
+    name = SERVICE_ACCOUNT.rsplit(":", 1)[1]
+    wait_for(lambda: _exists(api_client, f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/"
+                                         f"serviceaccounts/{name}"),
+             timeout=30, message="the service account to exist")
+    review = kube.request_json(
+        api_client, "POST",
+        f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{name}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 3600}})
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": plane.server, "certificate-authority": str(plane.pki.ca_cert)}}],
+        "users": [{"name": "gpuclaimctl", "user": {"token": review["status"]["token"]}}],
+        "contexts": [{"name": "gpuclaimctl", "context": {"cluster": "local",
+                                                         "user": "gpuclaimctl"}}],
+        "current-context": "gpuclaimctl",
+    }))
+    return path
+
+
+def _exists(api_client: client.ApiClient, path: str) -> bool:
+    try:
+        kube.request(api_client, "GET", path)
+        return True
+    except kube.ApiError as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def namespace_with_default_account(api_client: client.ApiClient, name: str) -> None:
+    # Without kube-controller-manager nothing makes the `default` account
+    # that pods need; where it runs, it may make it first.
+    kube.request(api_client, "POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    try:
+        kube.request(api_client, "POST", f"/api/v1/namespaces/{name}/serviceaccounts",
+                     body={"metadata": {"name": "default"}})
+    except kube.ApiError as e:
+        if e.status != 409:
+            raise
+
+
+def _allowed(api_client: client.ApiClient, path: str) -> bool:
+    try:
+        kube.request(api_client, "GET", path)
+        return True
+    except kube.ApiError as e:
+        if e.status == 403:
+            return False
+        raise
+
+
+def _delete_rbac(plane: ControlPlane, api_client: client.ApiClient) -> None:
+    kubectl(plane, "delete", "--ignore-not-found", "--wait=false", "-f", "-",
+            stdin=yaml.safe_dump_all(rbac_docs()))
+    # The next module that applies deploy/ must not meet a Terminating namespace.
+    wait_for(lambda: not _exists(api_client, f"/api/v1/namespaces/{SYSTEM_NAMESPACE}"),
+             timeout=60, message=f"namespace {SYSTEM_NAMESPACE} to go")
+
+
+# -- the stories, as the service account --------------------------------------------
+
+
+@dataclasses.dataclass
+class Stories:
+    """What the controller did as its service account, and what the audit log saw."""
+
+    node: str
+    placed_claims: dict[str, dict[str, Any]]
+    events: dict[str, list[Any]]
+    stale_claim: dict[str, Any]
+    lease_holder_after_exit: str
+    exit_code: int
+    audit: list[dict[str, Any]]
+
+
+def _node(api_client: client.ApiClient, name: str, **kw: Any) -> str:
+    core = client.CoreV1Api(api_client)
+    kube.request(api_client, "POST", "/api/v1/nodes", body=gpu_node_manifest(name, **kw))
+    wait_for(lambda: node_is_ready(core, name), timeout=30, message=f"node {name} Ready")
+    return name
+
+
+@pytest.fixture(scope="module")
+def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[str],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stories]:
+    core = client.CoreV1Api(api_client)
+    workdir = tmp_path_factory.mktemp("rbac")
+    ns = f"rbac-{uuid.uuid4().hex[:6]}"
+    namespace_with_default_account(api_client, ns)
+    cluster = Cluster(api_client, ns)
+    nodes: list[str] = []
+    proc: ControllerProcess | None = None
+    apply(full_plane, rbac_docs())
+    try:
+        kubeconfig = service_account_kubeconfig(full_plane, api_client, workdir / "sa.kubeconfig")
+        roomy = _node(api_client, f"roomy-{cluster.tag}", gpus=8,
+                      labels={**cluster.label, "fit": "roomy"})
+        cramped = _node(api_client, f"cramped-{cluster.tag}", gpus=2, cpu="1",
+                        labels={**cluster.label, "fit": "cramped"})
+        nodes += [roomy, cramped]
+        fit = cluster.gpu_class("fit", nodeSelector={**cluster.label, "fit": "roomy"})
+        tight = cluster.gpu_class("tight", nodeSelector={**cluster.label, "fit": "cramped"})
+        cluster.template("pair", fit, 2)
+
+        # A reservation for a pod that is long gone, as a crash would leave it.
+        cluster.claim("shared", fit, 1)
+        stale = cluster.get_claim("shared")
+        assert stale is not None
+        stale["status"] = {"phase": "Bound", "nodeName": roomy,
+                           "reservedFor": [{"name": "ghost", "uid": str(uuid.uuid4())}]}
+        kube.request(api_client, "PUT", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{ns}/"
+                     "gpuclaims/shared/status", body=stale)
+
+        proc = ControllerProcess("sa", str(kubeconfig), workdir,
+                                 lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME).start()
+        wait_for(lambda: proc is not None and proc.leading() and proc.ready(), timeout=60,
+                 message=lambda: f"the controller to lead and be ready:\n{proc.log_tail() if proc else ''}")
+
+        cluster.pod("train", [{"name": "gpus", "template": "pair"},
+                              {"name": "extra", "className": fit, "count": 1}])
+        # Bin-packing picks the 2-GPU node; it has too little CPU for the pod.
+        cluster.pod("refused", [{"name": "g", "className": tight, "count": 2}], cpu="2")
+
+        wait_for(lambda: cluster.running_on("train", roomy), timeout=60,
+                 message=lambda: f"train Running on {roomy}; controller log:\n{proc.log_tail() if proc else ''}")
+        placed = {n: cluster.get_claim(n) or {} for n in ("train-gpus", "train-extra")}
+        wait_for(lambda: not (cluster.get_claim("shared") or {}).get("status", {}).get("reservedFor"),
+                 timeout=30, message="the stale reservation to be removed")
+        stale_after = cluster.get_claim("shared") or {}
+        wait_for(lambda: cluster.read_pod("refused") is None, timeout=60,
+                 message="the pod the scheduler refused to be deleted")
+
+        cluster.core.patch_namespaced_pod_status("train", ns, {"status": {"phase": "Succeeded"}})
+        wait_for(lambda: all(cluster.get_claim(n) is None for n in placed), timeout=30,
+                 message="the finished pod's template claims to be deleted")
+        events = {r: cluster.events(r) for r in ("Placed", "NodeRejected")}
+
+        proc.signal(signal.SIGTERM)
+        code = proc.wait(30)
+        yield Stories(
+            node=roomy, placed_claims=placed, events=events, stale_claim=stale_after,
+            lease_holder_after_exit=lease_holder(api_client, SYSTEM_NAMESPACE, LEASE_NAME),
+            exit_code=code, audit=full_plane.audit_events(SERVICE_ACCOUNT))
+    finally:
+        if proc is not None:
+            proc.stop()
+        cluster.cleanup()
+        for n in nodes:
+            core.delete_node(n)
+        core.delete_namespace(ns, propagation_policy="Background")
+        _delete_rbac(full_plane, api_client)
+
+
+def test_controller_does_its_whole_job_with_only_its_service_accounts_rights(
+    stories: Stories,
+) -> None:
+    for name, claim in stories.placed_claims.items():
+        status = claim.get("status") or {}
+        assert status.get("phase") == "Bound" and status.get("nodeName") == stories.node, name
+        assert status["reservedFor"][0]["name"] == "train"
+    # The refused pod was placed too, before the scheduler refused it.
+    assert sorted(e.involved_object.name for e in stories.events["Placed"]) == ["refused", "train"]
+    assert [e.involved_object.name for e in stories.events["NodeRejected"]] == ["refused"]
+    assert stories.stale_claim["status"]["phase"] == "Pending"
+    # It led on deploy/'s Lease and handed it back on SIGTERM.
+    assert stories.exit_code == 0
+    assert stories.lease_holder_after_exit == ""
+    lease_writes = {e["verb"] for e in stories.audit
+                    if (e.get("objectRef") or {}).get("resource") == "leases"
+                    and e["objectRef"].get("name") == LEASE_NAME}
+    assert {"get", "update"} <= lease_writes
+
+
+def test_the_api_server_refused_the_controller_nothing(stories: Stories) -> None:
+    forbidden = [(e["verb"], e["requestURI"]) for e in stories.audit
+                 if (e.get("responseStatus") or {}).get("code") == 403
+                 or (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"]
+    assert stories.audit, "no request of the service account was audited"
+    assert forbidden == []
+
+
+def test_roles_grant_no_verb_or_resource_the_controller_did_not_use(stories: Stories) -> None:
+    grants = granted(rbac_docs())
+    uses = used(stories.audit)
+    unused = sorted(grants - uses - set(UNEXERCISED))
+    assert unused == [], (
+        "deploy/ grants (verb, group, resource, subresource) the controller never used; "
+        f"remove them or add them to UNEXERCISED with the reason: {unused}")
+    # An allowance the controller has started to use is no longer an exception.
+    assert not set(UNEXERCISED) & uses
+    assert set(UNEXERCISED) <= grants
+
+
+# -- an experiment for UNEXERCISED ------------------------------------------------------
+
+
+def test_pods_finalizers_grant_is_what_lets_the_controller_create_owned_claims_under_strict_owner_references(
+    tmp_path: Path,
+) -> None:
+    """With OwnerReferencesPermissionEnforcement, the claim the controller
+    creates for a pod's entry is refused unless the service account may
+    update pods/finalizers; with deploy/'s ClusterRole it is created."""
+    with ControlPlane(tmp_path / "plane", admission_plugins=[OWNER_REFERENCES_PLUGIN]) as strict:
+        admin = config.new_client_from_config(config_file=str(strict.kubeconfig))
+        utils.create_from_yaml(admin, str(DEPLOY / "crds" / f"{api.CLAIM_PLURAL}.yaml"))
+        docs = rbac_docs()
+        without = copy.deepcopy(docs)
+        for doc in without:
+            if doc["kind"] == "ClusterRole":
+                doc["rules"] = [r for r in doc["rules"] if "pods/finalizers" not in r["resources"]]
+        apply(strict, without)
+        sa = config.new_client_from_config(config_file=str(
+            service_account_kubeconfig(strict, admin, tmp_path / "sa.kubeconfig")))
+
+        core = client.CoreV1Api(admin)
+        namespace_with_default_account(admin, "team")
+        manifest: Any = {"metadata": {"name": "trainer"},
+                         "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+        pod: dict[str, Any] = admin.sanitize_for_serialization(
+            core.create_namespaced_pod("team", manifest))
+        claims = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/team/{api.CLAIM_PLURAL}"
+        body = template_claim(pod, ClaimEntry(name="g", class_name="a100", count=1))
+
+        def create() -> int:
+            try:
+                kube.request(sa, "POST", claims, body=body)
+                return 201
+            except kube.ApiError as e:
+                assert e.status == 403, e
+                assert "blockOwnerDeletion" in e.message, e.message
+                return 403
+
+        wait_for(lambda: _allowed(sa, claims), timeout=30,
+                 message="the service account's ClusterRole to take effect")
+        assert create() == 403
+        apply(strict, docs)
+        wait_for(lambda: create() == 201, timeout=30,
+                 message="the claim created once pods/finalizers is granted")
