@@ -12,6 +12,7 @@ stops every worker and exits non-zero.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -53,8 +54,6 @@ def run(options: Options) -> int:
 
 
 def _with_kubeconfig(options: Options, path: str) -> Options:
-    import dataclasses
-
     return dataclasses.replace(options, kubeconfig=path, local=False)
 
 

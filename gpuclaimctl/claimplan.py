@@ -130,7 +130,7 @@ def plan_claim(
         plan.status_changed = True
 
     deleting = bool(meta.get("deletionTimestamp"))
-    owner_uid = _owner_uid(claim)
+    owner_uid = template_owner_uid(claim)
 
     # 2. A template claim whose pod is done goes with it.
     if owner is not False and owner_uid and not keep and not deleting:
@@ -190,7 +190,8 @@ def rejection_made_by(until: datetime, reject_for: float) -> datetime:
     return until - timedelta(seconds=reject_for) + _UNTIL_PRECISION
 
 
-def _owner_uid(claim: Mapping[str, Any]) -> str:
+def template_owner_uid(claim: Mapping[str, Any]) -> str:
+    """The uid of the pod a template claim was made for, or "" for any other claim."""
     meta = claim.get("metadata") or {}
     labels = meta.get("labels") or {}
     if labels.get(api.TEMPLATE_CLAIM_LABEL) != api.TEMPLATE_CLAIM_LABEL_VALUE:

@@ -14,7 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from gpuclaimctl import api
-from gpuclaimctl.claimplan import NodeFacts, PodFacts, owner_name, plan_claim
+from gpuclaimctl.claimplan import (
+    NodeFacts,
+    PodFacts,
+    owner_name,
+    plan_claim,
+    template_owner_uid,
+)
 from gpuclaimctl.writer import NotFound
 
 if TYPE_CHECKING:
@@ -37,10 +43,9 @@ def sync_claim(ctl: Controller, key: str) -> None:
         pods[ref.get("uid", "")] = _pod_facts(ctl, ns, ref.get("name", ""), ref.get("uid", ""))
 
     owner: PodFacts | None | bool = False
-    if (meta.get("labels") or {}).get(api.TEMPLATE_CLAIM_LABEL) == api.TEMPLATE_CLAIM_LABEL_VALUE:
-        oname = owner_name(claim)
-        if oname:
-            owner = _owner_facts(ctl, ns, oname, _owner_uid(claim))
+    owner_uid = template_owner_uid(claim)
+    if owner_uid:
+        owner = _pod_facts(ctl, ns, owner_name(claim), owner_uid)
 
     node = None
     if status.get("nodeName"):
@@ -104,17 +109,6 @@ def _pod_facts(ctl: Controller, ns: str, name: str, uid: str) -> PodFacts | None
         ctl.deleted_pods[uid] = True
         return None
     return PodFacts.from_api(live)
-
-
-def _owner_facts(ctl: Controller, ns: str, name: str, uid: str) -> PodFacts | None:
-    return _pod_facts(ctl, ns, name, uid) if uid else None
-
-
-def _owner_uid(claim: Obj) -> str:
-    for ref in claim["metadata"].get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Pod":
-            return str(ref.get("uid", ""))
-    return ""
 
 
 def _claim_ref(claim: Obj) -> Obj:

@@ -24,11 +24,14 @@ from cachetools import LRUCache, TTLCache
 from kubernetes import client
 
 from gpuclaimctl import api, indexes
+from gpuclaimctl.claimsync import sync_claim
 from gpuclaimctl.inflight import InFlightPlacements
+from gpuclaimctl.kube import ApiError
 from gpuclaimctl.options import Options
-from gpuclaimctl.placement import ClassInfo, Cluster, NodeInfo, Rejection
+from gpuclaimctl.placement import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
+from gpuclaimctl.podsync import sync_pod
 from gpuclaimctl.usage import UsageTracker
-from gpuclaimctl.writer import Writer
+from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound, Writer
 from informers import (
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,
@@ -194,9 +197,6 @@ class Controller:
         return True
 
     def sync(self, key: str) -> None:
-        from gpuclaimctl.claimsync import sync_claim
-        from gpuclaimctl.podsync import sync_pod
-
         if key.startswith(POD_PREFIX):
             sync_pod(self, key[len(POD_PREFIX):])
         elif key.startswith(CLAIM_PREFIX):
@@ -439,8 +439,6 @@ def _node_ready(node: Obj) -> bool:
 
 
 def _not_ready_since(node: Obj) -> datetime | None:
-    from gpuclaimctl.placement import parse_time
-
     for c in (node.get("status") or {}).get("conditions") or ():
         if c.get("type") == "Ready" and c.get("status") != "True":
             return parse_time(c.get("lastTransitionTime"))
@@ -448,14 +446,10 @@ def _not_ready_since(node: Obj) -> datetime | None:
 
 
 def _is_conflict(e: Exception) -> bool:
-    from gpuclaimctl.writer import Conflict
-
     return isinstance(e, Conflict)
 
 
 def _is_expected(e: Exception) -> bool:
-    from gpuclaimctl.kube import ApiError
-    from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound
-
+    """API answers and connection errors: worth a line, not a traceback."""
     return isinstance(e, (ApiError, Conflict, NotFound, AlreadyExists, OSError))
 

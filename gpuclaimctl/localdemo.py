@@ -10,6 +10,7 @@ runs against it; Ctrl-C stops everything.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,6 @@ def _create(api_client: client.ApiClient, path: str, body: dict[str, Any]) -> No
 
 
 def _wait_established(api_client: client.ApiClient, timeout: float = 30.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         crds = kube.request_json(api_client, "GET",

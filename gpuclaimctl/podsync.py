@@ -18,8 +18,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from gpuclaimctl import api
 from gpuclaimctl.indexes import has_gate
@@ -206,7 +207,8 @@ def _set_key(pod: Obj, entries: Sequence[ClaimEntry]) -> tuple[str, str]:
 
 
 def _with_set_rejections(ctl: Controller, set_key: tuple[str, str],
-                         states: list[ClaimState | UnresolvedClaim], now: Any) -> list[ClaimState | UnresolvedClaim]:
+                         states: list[ClaimState | UnresolvedClaim],
+                         now: datetime) -> list[ClaimState | UnresolvedClaim]:
     extra = [r for r in ctl.set_rejections.get(set_key, ())
              if r.until > now and not _node_changed_since(ctl, r)]
     if not extra:
@@ -294,7 +296,7 @@ def _waiting(ctl: Controller, pod: Obj, decision: Waiting, raw: dict[str, Obj]) 
         ctl.queue.add_after(f"pod:{pod['metadata']['namespace']}/{pod['metadata']['name']}", soonest)
 
 
-def _next_rejection_end(claims: Any, now: Any) -> float | None:
+def _next_rejection_end(claims: Iterable[Obj], now: datetime) -> float | None:
     ends = [parse_time(r.get("until")) for c in claims
             for r in (c.get("status") or {}).get("rejectedNodes") or ()]
     left = [(e - now).total_seconds() for e in ends if e is not None and e > now]
