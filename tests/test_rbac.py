@@ -208,7 +208,8 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
         tight = cluster.gpu_class("tight", nodeSelector={**cluster.label, "fit": "cramped"})
         cluster.template("pair", fit, 2)
 
-        # A reservation for a pod that is long gone, as a crash would leave it.
+        # A reservation for a pod that is gone, as one is left when the pod
+        # is deleted while no controller runs.
         cluster.claim("shared", fit, 1)
         stale = cluster.get_claim("shared")
         assert stale is not None
@@ -217,18 +218,19 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
         kube.request(api_client, "PUT", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{ns}/"
                      "gpuclaims/shared/status", body=stale)
 
-        proc = ControllerProcess("sa", str(kubeconfig), workdir,
-                                 lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME).start()
-        wait_for(lambda: proc is not None and proc.leading() and proc.ready(), timeout=60,
-                 message=lambda: f"the controller to lead and be ready:\n{proc.log_tail() if proc else ''}")
+        running = ControllerProcess("sa", str(kubeconfig), workdir,
+                                    lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME)
+        proc = running.start()
+        wait_for(lambda: running.leading() and running.ready(), timeout=60,
+                 message=lambda: f"the controller to lead and be ready:\n{running.log_tail()}")
 
         cluster.pod("train", [{"name": "gpus", "template": "pair"},
                               {"name": "extra", "className": fit, "count": 1}])
-        # Bin-packing picks the 2-GPU node; it has too little CPU for the pod.
+        # Its class has only the 2-GPU node, which has too little CPU for it.
         cluster.pod("refused", [{"name": "g", "className": tight, "count": 2}], cpu="2")
 
         wait_for(lambda: cluster.running_on("train", roomy), timeout=60,
-                 message=lambda: f"train Running on {roomy}; controller log:\n{proc.log_tail() if proc else ''}")
+                 message=lambda: f"train Running on {roomy}; controller log:\n{running.log_tail()}")
         placed = {n: cluster.get_claim(n) or {} for n in ("train-gpus", "train-extra")}
         wait_for(lambda: not (cluster.get_claim("shared") or {}).get("status", {}).get("reservedFor"),
                  timeout=30, message="the stale reservation to be removed")
@@ -241,8 +243,8 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
                  message="the finished pod's template claims to be deleted")
         events = {r: cluster.events(r) for r in ("Placed", "NodeRejected")}
 
-        proc.signal(signal.SIGTERM)
-        code = proc.wait(30)
+        running.signal(signal.SIGTERM)
+        code = running.wait(30)
         yield Stories(
             node=roomy, placed_claims=placed, events=events, stale_claim=stale_after,
             lease_holder_after_exit=lease_holder(api_client, SYSTEM_NAMESPACE, LEASE_NAME),
