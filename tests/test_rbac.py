@@ -243,6 +243,12 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
                  message="the finished pod's template claims to be deleted")
         events = {r: cluster.events(r) for r in ("Placed", "NodeRejected")}
 
+        def renewed() -> bool:
+            lease = kube.request_json(api_client, "GET", "/apis/coordination.k8s.io/v1/"
+                                      f"namespaces/{SYSTEM_NAMESPACE}/leases/{LEASE_NAME}")
+            return bool(lease["spec"]["renewTime"] != lease["spec"]["acquireTime"])
+
+        wait_for(renewed, timeout=10, message="the controller to renew its Lease")
         running.signal(signal.SIGTERM)
         code = running.wait(30)
         yield Stories(
@@ -270,13 +276,13 @@ def test_controller_does_its_whole_job_with_only_its_service_accounts_rights(
     assert sorted(e.involved_object.name for e in stories.events["Placed"]) == ["refused", "train"]
     assert [e.involved_object.name for e in stories.events["NodeRejected"]] == ["refused"]
     assert stories.stale_claim["status"]["phase"] == "Pending"
-    # It led on deploy/'s Lease and handed it back on SIGTERM.
+    # It led on deploy/'s Lease, renewed it, and handed it back on SIGTERM.
     assert stories.exit_code == 0
     assert stories.lease_holder_after_exit == ""
-    lease_writes = {e["verb"] for e in stories.audit
+    lease_requests = {e["verb"] for e in stories.audit
                     if (e.get("objectRef") or {}).get("resource") == "leases"
                     and e["objectRef"].get("name") == LEASE_NAME}
-    assert {"get", "update"} <= lease_writes
+    assert {"create", "get", "update"} <= lease_requests
 
 
 def test_the_api_server_refused_the_controller_nothing(stories: Stories) -> None:
