@@ -50,9 +50,15 @@ from metrics.leaderelection import LeaderElectionMetrics
 from workqueue.clock import Clock, RealClock
 
 # client-go's leaderelection.JitterFactor: candidates retry after
-# retry_period * (1 + rand * 1.2), and renew_deadline must exceed
+# retry_period * (1 + rand * 1.2) (this elector's standbys wait less; see
+# _next_attempt), and renew_deadline must exceed
 # retry_period * 1.2 so a renewal gets more than one try.
 JITTER_FACTOR = 1.2
+# Standbys retry within (1 - STANDBY_SPREAD, 1] retry periods.
+STANDBY_SPREAD = 0.25
+# Past the observed expiry before a standby writes (its clock and the
+# leader's last renewal are measured on different machines' schedules).
+EXPIRY_MARGIN = 0.01
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -490,10 +496,29 @@ class LeaderElector:
                 self._log.info("successfully acquired lease")
                 return True
             self._log.v(4).info("failed to acquire lease", extra={"holder": self.leader()})
-            # Jittered, so candidates that lost together do not retry in step.
-            pause = self.config.retry_period * (1 + self._rng.random() * JITTER_FACTOR)
-            if self._sleep_until(self._clock.monotonic() + pause):
+            if self._sleep_until(self._next_attempt()):
                 return False
+
+    def _next_attempt(self) -> float:
+        """When a standby tries again: within one retry period, and the moment
+        the lease it saw would expire, whichever comes first.
+
+        client-go waits retry_period × (1 + rand × 1.2), so after a leader's
+        death a standby notices up to 2.2 retry periods late. Here it reads
+        the Lease at least every retry period (jittered downwards, so
+        candidates that lost together still spread out) and wakes exactly at
+        the observed expiry: a takeover after a crash takes at most the lease
+        duration plus one retry period (and one request).
+        """
+        now = self._clock.monotonic()
+        wake = now + self.config.retry_period * (1 - self._rng.random() * STANDBY_SPREAD)
+        with self._cond:
+            observed = self._observed
+            if observed is not None and observed.holder_identity:
+                expires = self._observed_time + observed.lease_duration_seconds
+                if now < expires:
+                    wake = min(wake, expires + EXPIRY_MARGIN)
+        return wake
 
     def _renew(self) -> ElectionOutcome:
         """Renew every retry period until cancelled or leadership is lost."""

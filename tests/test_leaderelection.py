@@ -24,7 +24,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuclaimctl.leaderelection import (
+    EXPIRY_MARGIN,
     JITTER_FACTOR,
+    STANDBY_SPREAD,
     ElectionOutcome,
     LeaderElectionConfig,
     LeaderElectionRecord,
@@ -528,23 +530,49 @@ def test_a_standby_takes_over_once_the_holder_stops_renewing(h: Harness) -> None
 
     assert a.run(started, lambda: None, rec.new_leader) is ElectionOutcome.CANCELLED
     assert rec.leaders == ["b", "a"]
-    # Not before the lease expired on our clock, and within one jittered retry after.
-    assert seen + 15 <= acquired[0] <= seen + 15 + a.config.retry_period * (1 + JITTER_FACTOR)
+    # Not before the lease expired on our clock, and at once after it: the
+    # standby wakes at the observed expiry rather than at its next retry.
+    assert seen + 15 <= acquired[0] <= seen + 15 + EXPIRY_MARGIN + 1e-9
 
 
-def test_acquire_retries_are_jittered_between_one_and_2_2_retry_periods(h: Harness) -> None:
+def test_a_standby_takes_over_within_a_lease_and_a_retry_of_the_last_renewal(h: Harness) -> None:
+    """The last renewal lands just after the standby read the Lease: it sees
+    it at most one retry period later, and takes over as that expires."""
+    h.server._store(held_by("b"))
+    a = h.elector("a")
+    rec = Recorder(h.clock)
+    start = h.clock.mono
+    last_renewal = start + 0.001
+
+    def b_renews_once_more() -> None:
+        assert h.server.record is not None
+        h.server._store(dataclasses.replace(h.server.record, renew_time="later"))
+
+    h.clock.at(last_renewal, b_renews_once_more)
+    acquired: list[float] = []
+    h.clock.at(start + 60, a.cancel)
+    a.run(lambda stop: acquired.append(h.clock.mono), lambda: None, rec.new_leader)
+    assert acquired, "a must take over"
+    bound = last_renewal + 15 + a.config.retry_period + EXPIRY_MARGIN
+    assert acquired[0] <= bound
+
+
+def test_acquire_retries_come_within_one_retry_period_and_are_spread(h: Harness) -> None:
     h.server._store(held_by("b"))
     a = LeaderElector(
         LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a", lease_duration=1000,
                              renew_deadline=10, retry_period=2),
         FakeLock(h.server), clock=h.clock, rng=random.Random(3),
     )
+
+    # b's lease outlasts the test, so every wait of a's is a standby's wait.
+    h.server._store(dataclasses.replace(held_by("b"), lease_duration_seconds=10_000))
     h.clock.at(h.clock.mono + 200, a.cancel)
     a.run(lambda stop: None, lambda: None)
     waits = h.clock.waits[:-1]  # the last wait was cut short by cancel
     assert len(waits) > 50
-    assert all(2.0 <= w <= 2.0 * (1 + JITTER_FACTOR) for w in waits)
-    assert max(waits) - min(waits) > 1.5  # actually jittered, not a fixed period
+    assert all(2.0 * (1 - STANDBY_SPREAD) <= w <= 2.0 for w in waits)
+    assert max(waits) - min(waits) > 0.2  # spread, so candidates do not retry in step
 
 
 def test_a_raising_worker_ends_leadership_and_releases(h: Harness) -> None:
