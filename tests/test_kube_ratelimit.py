@@ -99,31 +99,38 @@ def test_concurrent_callers_never_exceed_burst_plus_qps_times_elapsed(fake: Fake
 class FakeResponse:
     def __init__(self, status: int, body: bytes) -> None:
         self.status = status
-        self._body = body
+        self.data = body
 
-    def read(self) -> bytes:
-        return self._body
+
+class FakePool:
+    def __init__(self, owner: FakeApiClient) -> None:
+        self.owner = owner
+
+    def request(self, method: str, url: str, *, body: bytes | None = None, **kw: Any) -> FakeResponse:
+        self.owner.sent.append((method, url))
+        self.owner.bodies.append(body)
+        return self.owner.responses.pop(0)
 
 
 class FakeApiClient:
-    """The two methods of kubernetes.client.ApiClient that request() uses."""
+    """What request() uses of kubernetes.client.ApiClient: param_serialize
+    for the URL and auth headers, and the REST client's connection pool."""
 
     def __init__(self, *responses: FakeResponse) -> None:
         self.responses = list(responses)
         self.sent: list[tuple[str, str]] = []
+        self.bodies: list[bytes | None] = []
+        self.rest_client = type("Rest", (), {"pool_manager": FakePool(self)})()
 
     def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
-        return method, "https://api" + path, kw["header_params"], kw["body"], []
-
-    def call_api(self, method: str, url: str, **kw: Any) -> FakeResponse:
-        self.sent.append((method, url))
-        return self.responses.pop(0)
+        return method, "https://api" + path, kw["header_params"], None, []
 
 
 def test_request_returns_the_body_of_a_success() -> None:
     api = FakeApiClient(FakeResponse(200, b'{"kind":"Pod"}'), FakeResponse(201, b""))
     assert kube.request_json(api, "GET", "/api/v1/pods") == {"kind": "Pod"}  # type: ignore[arg-type]
-    assert kube.request_json(api, "POST", "/api/v1/pods", body={}) == {}  # type: ignore[arg-type]
+    assert kube.request_json(api, "POST", "/api/v1/pods", body={"a": [1]}) == {}  # type: ignore[arg-type]
+    assert api.bodies == [None, b'{"a":[1]}']
 
 
 def test_an_error_status_raises_with_the_api_servers_reason_and_message() -> None:
