@@ -448,11 +448,18 @@ def create_config_maps(api_client: Any, namespace: str, names: list[str], worker
         list(pool.map(make, names))
 
 
+# kube-controller-manager (running once any test of the session started it)
+# publishes this ConfigMap into every namespace, at a moment of its choosing;
+# the tests watch only the ConfigMaps they make.
+NOT_PUBLISHED = "metadata.name!=kube-root-ca.crt"
+
+
 def fresh_state(api_client: Any, namespace: str) -> dict[str, str]:
-    """key → resourceVersion of every ConfigMap in ``namespace``, read from the server now."""
+    """key → resourceVersion of every test ConfigMap in ``namespace``, read from the server now."""
     from kubernetes import client
 
-    items = client.CoreV1Api(api_client).list_namespaced_config_map(namespace).items
+    items = client.CoreV1Api(api_client).list_namespaced_config_map(
+        namespace, field_selector=NOT_PUBLISHED).items
     return {f"{namespace}/{c.metadata.name}": c.metadata.resource_version for c in items}
 
 
@@ -464,7 +471,8 @@ def config_map_lw(api_client: Any, namespace: str) -> Any:
     from informers.api import RawClient, ResourceListerWatcher
     from informers.resource import CONFIG_MAPS
 
-    return ResourceListerWatcher(RawClient(api_client), CONFIG_MAPS, namespace=namespace)
+    return ResourceListerWatcher(RawClient(api_client), CONFIG_MAPS, namespace=namespace,
+                                 field_selector=NOT_PUBLISHED)
 
 
 def compact_like_the_apiserver(etcd_endpoint: str) -> int:
