@@ -45,7 +45,7 @@ from informers.resource import (
 )
 from informers.shared_informer import HandlerRegistration, SharedInformer
 from informers.store import NAMESPACE_INDEX, IndexConflictError, Indexer, IndexFunc
-from informers.transforms import chain, strip_managed_fields
+from informers.transforms import Compactor, chain, strip_managed_fields
 
 __all__ = [
     "ApiStatusError",
@@ -54,6 +54,7 @@ __all__ = [
     "CONFIG_MAPS",
     "Clock",
     "ClusterLister",
+    "Compactor",
     "DeletedFinalStateUnknown",
     "DeltaFIFO",
     "DeltaType",

@@ -30,7 +30,7 @@ from informers.reflector import DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE
 from informers.resource import Resource
 from informers.shared_informer import SharedInformer
 from informers.store import IndexConflictError, IndexFunc
-from informers.transforms import Transform, strip_managed_fields
+from informers.transforms import Compactor, Transform, chain, strip_managed_fields
 
 if TYPE_CHECKING:
     # Only for annotations: the client is used for its configuration and
@@ -50,6 +50,7 @@ class SharedInformerFactory:
         field_selector: str = "",
         default_resync_period: float = 0.0,
         transform: Transform | None = strip_managed_fields,
+        compact: bool = True,
         page_size: int = DEFAULT_PAGE_SIZE,
         min_watch_timeout: float = DEFAULT_MIN_WATCH_TIMEOUT,
         backoff: BackoffPolicy = BackoffPolicy(),
@@ -59,13 +60,16 @@ class SharedInformerFactory:
     ) -> None:
         """``namespace`` limits namespaced resources to one namespace; the
         selectors apply to every resource. ``transform`` runs on each object
-        before it is cached (by default it drops ``managedFields``)."""
+        before it is cached (by default it drops ``managedFields``); then,
+        with ``compact``, a ``Compactor`` shares equal parts between cached
+        objects (a quarter of the memory for pods; see transforms)."""
         self._client = RawClient(api_client)
         self._namespace = namespace
         self._label_selector = label_selector
         self._field_selector = field_selector
         self._default_resync_period = default_resync_period
         self._transform = transform
+        self._compact = compact
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
         self._backoff = backoff
@@ -97,7 +101,7 @@ class SharedInformerFactory:
                     lw,
                     name=str(resource),
                     default_resync_period=self._default_resync_period,
-                    transform=self._transform,
+                    transform=self._transform_for_one_informer(),
                     page_size=self._page_size,
                     min_watch_timeout=self._min_watch_timeout,
                     backoff=self._backoff,
@@ -117,6 +121,15 @@ class SharedInformerFactory:
             if missing:
                 informer.add_indexers(missing)
         return informer
+
+    def _transform_for_one_informer(self) -> Transform | None:
+        if not self._compact:
+            return self._transform
+        # One Compactor per informer: each runs on its informer's thread.
+        compactor = Compactor()
+        if self._transform is None:
+            return compactor
+        return chain(self._transform, compactor)
 
     def informers(self) -> dict[Resource, SharedInformer]:
         with self._lock:

@@ -1,0 +1,143 @@
+"""Transforms: stripping managedFields, and sharing equal parts between cached objects."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from informers.objects import KubeObject
+from informers.transforms import Compactor, chain, strip_managed_fields
+
+
+def pod(i: int, volume: str | None = None) -> KubeObject:
+    """A pod as the API server returns one (after defaulting), varied by ``i``."""
+    volume = volume or f"kube-api-access-{i:05d}"
+    return orjson.loads(orjson.dumps({
+        "metadata": {
+            "name": f"train-{i}", "namespace": "ml", "uid": f"uid-{i}", "resourceVersion": str(100 + i),
+            "labels": {"app": "train", "tier": "gpu"},
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+        },
+        "spec": {
+            "volumes": [{"name": volume, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}],
+                                                      "defaultMode": 420}}],
+            "containers": [{"name": "main", "image": "train:v1",
+                            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
+                            "volumeMounts": [{"name": volume, "readOnly": True, "mountPath": "/var/run"}]}],
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                             "effect": "NoExecute", "tolerationSeconds": 300}],
+            "enableServiceLinks": True, "priority": 0, "securityContext": {},
+        },
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    }))
+
+
+def test_strip_managed_fields_removes_only_managed_fields() -> None:
+    obj = pod(1)
+    expected = copy.deepcopy(obj)
+    del expected["metadata"]["managedFields"]
+    assert strip_managed_fields(obj) == expected
+    assert strip_managed_fields({"kind": "Status"}) == {"kind": "Status"}
+
+
+def test_chain_applies_transforms_left_to_right() -> None:
+    seen: list[str] = []
+
+    def first(o: KubeObject) -> KubeObject:
+        seen.append("first")
+        return o
+
+    def second(o: KubeObject) -> KubeObject:
+        seen.append("second")
+        return o
+
+    chain(first, second)({})
+    assert seen == ["first", "second"]
+
+
+def test_compacted_objects_are_equal_to_what_came_in() -> None:
+    c = Compactor()
+    for i in range(50):
+        obj = pod(i % 7 if i % 3 else i)
+        expected = orjson.dumps(obj)
+        assert orjson.dumps(c(obj)) == expected
+
+
+def test_equal_parts_of_different_objects_become_one_object() -> None:
+    c = Compactor()
+    a, b = c(pod(1)), c(pod(2))
+    assert a["spec"]["tolerations"] is b["spec"]["tolerations"]
+    assert a["spec"]["volumes"][0]["projected"] is b["spec"]["volumes"][0]["projected"]
+    assert a["spec"]["containers"][0]["resources"] is b["spec"]["containers"][0]["resources"]
+    assert a["metadata"]["labels"] is b["metadata"]["labels"]
+    assert a["metadata"] is not b["metadata"], "different parts stay apart"
+    assert a["spec"]["volumes"] is not b["spec"]["volumes"]
+
+
+def test_equal_strings_become_one_string() -> None:
+    c = Compactor()
+    a, b = c(pod(1)), c(pod(2))
+    # Built separately so only the compactor can make them the same object.
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["spec"]["containers"][0]["image"] is b["spec"]["containers"][0]["image"]
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [
+        pytest.param({"x": {"v": True}}, {"x": {"v": 1}}, id="true-vs-1"),
+        pytest.param({"x": {"v": 1.0}}, {"x": {"v": 1}}, id="1.0-vs-1"),
+        pytest.param({"x": {"v": 0.0}}, {"x": {"v": -0.0}}, id="0.0-vs-minus-0.0"),
+        pytest.param({"x": {"a": 1, "b": 2}}, {"x": {"b": 2, "a": 1}}, id="key-order"),
+        pytest.param({"x": [None]}, {"x": [False]}, id="null-vs-false"),
+    ],
+)
+def test_values_equal_in_python_but_not_in_json_are_not_merged(left: KubeObject, right: KubeObject) -> None:
+    c = Compactor()
+    out_left = c(orjson.loads(orjson.dumps(left)))
+    out_right = c(orjson.loads(orjson.dumps(right)))
+    assert orjson.dumps(out_left) == orjson.dumps(left)
+    assert orjson.dumps(out_right) == orjson.dumps(right)
+    assert out_left["x"] is not out_right["x"]
+
+
+def test_the_object_itself_and_one_off_parts_are_not_kept_by_the_long_lived_table() -> None:
+    c = Compactor()
+    objs = [c(pod(i)) for i in range(3)]
+    kept = set(map(id, c._shared.values()))
+    assert not any(id(o) in kept for o in objs)
+    assert not any(id(o["metadata"]) in kept for o in objs), "metadata is unique to each pod"
+    assert id(objs[0]["spec"]["tolerations"]) in kept
+
+
+def test_tables_stay_bounded() -> None:
+    c = Compactor(shared_entries=64, once_entries=32, strings=128)
+    for i in range(500):
+        c({"metadata": {"name": f"n{i}"}, "data": {"k": f"v{i}", "shared": "s"}, "list": [i, {"i": i}] * 2})
+    assert len(c._shared) <= 65 and len(c._once) <= 33 and len(c._strings) <= 129
+
+
+def random_json(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(8 if depth < 4 else 5)
+    if kind == 0:
+        return rng.choice([True, False, None])
+    if kind == 1:
+        return rng.choice([0, 1, -1, 2**40, 1.5, -0.0, 0.0])
+    if kind in (2, 3, 4):
+        return rng.choice(["a", "b", "", "long string " * 3])
+    if kind in (5, 6):
+        return {rng.choice("abcde"): random_json(rng, depth + 1) for _ in range(rng.randrange(4))}
+    return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+
+
+def test_random_documents_survive_compaction_unchanged() -> None:
+    rng = random.Random(7)
+    c = Compactor(shared_entries=50, once_entries=20, strings=40)
+    docs = [{"metadata": {"name": str(i)}, "body": random_json(rng)} for i in range(400)]
+    encoded = [orjson.dumps(d) for d in docs]
+    out = [c(orjson.loads(e)) for e in encoded]
+    assert [orjson.dumps(o) for o in out] == encoded
