@@ -43,11 +43,9 @@ LEASE, RENEW, RETRY = 4.0, 3.0, 1.0
 # can only come from the released Lease, never from its expiry.
 SIGTERM_LEASE, SIGTERM_RENEW = 15.0, 10.0
 SIGTERM_HANDOVER = 3.0
-# What the elector guarantees after a kill: the standby may first see the
-# leader's last renewal one jittered poll, retry x (1 + 1.2), after it was
-# written, counts the lease from then, and notices expiry up to one more such
-# poll later; plus a second for requests on a loaded machine.
-ELECTOR_BOUND = LEASE + 2 * (1 + 1.2) * RETRY + 1.0
+# A standby's read and conditional write of the Lease once it expires, on a
+# loaded 2-core machine.
+LEASE_REQUESTS = 1.0
 
 
 def free_port() -> int:
@@ -295,9 +293,6 @@ def test_standby_takes_over_a_killed_leader_within_lease_duration_plus_retry_per
     took = time.monotonic() - killed_at
     print(f"takeover after kill -9: {took:.2f}s (lease {LEASE:g}s + retry {RETRY:g}s)")
     assert leader.wait(5) == -signal.SIGKILL
-    assert took <= ELECTOR_BOUND, (
-        f"the standby took {took:.2f}s to take over, more than even the elector's "
-        f"own bound of {ELECTOR_BOUND:g}s")
 
     wait_for(lambda: all(released(cluster, p) for p in waiting), timeout=60,
              message="the pods created after the kill released by the new leader")
@@ -305,14 +300,12 @@ def test_standby_takes_over_a_killed_leader_within_lease_duration_plus_retry_per
     wait_for(lambda: standby.placed() == 2, timeout=10,
              message=lambda: f"the new leader to count 2 placements, has {standby.placed()}")
     assert standby.http_status("/healthz") == 200
-    if took > LEASE + RETRY:
-        # Known gap, reported to the owner of gpuclaimctl/leaderelection.py:
-        # the standby polls every retry x U(1, 2.2) and counts the lease from
-        # when *it* saw the last renewal, so the promise of issue 6 holds only
-        # when both waits happen to be short (over it in 2 of 7 runs of this
-        # test, and in 11 of 12 kills in a loop on a busier machine).
-        pytest.xfail(f"takeover took {took:.2f}s, over the lease duration plus a retry "
-                     f"period ({LEASE + RETRY:g}s) that issue 6 promises")
+    # Issue 6: within the lease duration plus a retry period. The standby
+    # reads the Lease at least every retry period and wakes as the lease it
+    # saw expires; what it may add is its read and write of the Lease.
+    assert took <= LEASE + RETRY + LEASE_REQUESTS, (
+        f"takeover took {took:.2f}s, over the lease duration plus a retry period "
+        f"({LEASE + RETRY:g}s) and {LEASE_REQUESTS:g}s for the Lease requests")
 
 
 @pytest.mark.plane
@@ -355,9 +348,6 @@ BAD_FLAGS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gpuclaimctl/cli.py lets click print its usage lines before the error; issue 6 "
-    "asks for one line (owner of cli.py to fix, then drop this mark)"))
 @pytest.mark.parametrize(("flags", "names"), BAD_FLAGS)
 def test_bad_flags_exit_2_with_one_line_naming_the_flag(
     tmp_path: Path, flags: list[str], names: str,
