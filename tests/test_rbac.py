@@ -150,7 +150,8 @@ def _allowed(api_client: client.ApiClient, path: str) -> bool:
         kube.request(api_client, "GET", path)
         return True
     except kube.ApiError as e:
-        if e.status == 403:
+        # 429: a CRD just created; its storage is still initializing.
+        if e.status in (403, 429):
             return False
         raise
 
@@ -286,9 +287,12 @@ def test_controller_does_its_whole_job_with_only_its_service_accounts_rights(
 
 
 def test_the_api_server_refused_the_controller_nothing(stories: Stories) -> None:
+    # A 403 from admission because an earlier test's namespace is being
+    # deleted (an event about a pod there) is not the RBAC refusing anything.
     forbidden = [(e["verb"], e["requestURI"]) for e in stories.audit
-                 if (e.get("responseStatus") or {}).get("code") == 403
-                 or (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"]
+                 if (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+                 or ((e.get("responseStatus") or {}).get("code") == 403
+                     and "being terminated" not in (e.get("responseStatus") or {}).get("message", ""))]
     assert stories.audit, "no request of the service account was audited"
     assert forbidden == []
 
@@ -336,17 +340,20 @@ def test_pods_finalizers_grant_is_what_lets_the_controller_create_owned_claims_u
         body = template_claim(pod, ClaimEntry(name="g", class_name="a100", count=1))
 
         def create() -> int:
+            """201 or 403; 0 while the new CRD's storage still initializes (429)."""
             try:
                 kube.request(sa, "POST", claims, body=body)
                 return 201
             except kube.ApiError as e:
+                if e.status == 429:
+                    return 0
                 assert e.status == 403, e
                 assert "blockOwnerDeletion" in e.message, e.message
                 return 403
 
         wait_for(lambda: _allowed(sa, claims), timeout=30,
                  message="the service account's ClusterRole to take effect")
-        assert create() == 403
+        assert wait_for(create, timeout=30, message="an answer other than 429") == 403
         apply(strict, docs)
         wait_for(lambda: create() == 201, timeout=30,
                  message="the claim created once pods/finalizers is granted")
