@@ -11,7 +11,7 @@ This is the only informers module that knows about HTTP, urllib3 or the
 
 from __future__ import annotations
 
-import gc
+import logging
 import threading
 from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import urlencode
@@ -19,15 +19,19 @@ from urllib.parse import urlencode
 import orjson
 import urllib3
 
+from informers import gcpause
 from informers.errors import ApiStatusError, TransportError
 from informers.listwatch import ListPage
 from informers.objects import KubeObject
 from informers.resource import Resource
+from informers.transforms import Transform
 
 if TYPE_CHECKING:
     # Only for annotations: the client is used for its configuration and
     # connection pool, so importing its (large) package is the caller's business.
     from kubernetes.client import ApiClient
+
+log = logging.getLogger(__name__)
 
 # How long a list page may take to arrive; a page of 500 objects comes in
 # well under a second, a full unpaginated list of a big cluster in seconds.
@@ -38,26 +42,17 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 # means the connection died without a FIN (a host gone, a dropped route).
 WATCH_READ_MARGIN = 30.0
 _STREAM_CHUNK = 1 << 16
+# A list's kind and metadata come before its items; more than this before
+# "items":[ means the answer is not shaped as expected.
+_MAX_LIST_HEAD = 1 << 16
+# Consumed bytes are dropped from the read buffer once this many pile up.
+_STREAM_KEEP = 1 << 20
 
 
 def decode(body: bytes) -> Any:
-    """orjson.loads with the cyclic garbage collector paused.
-
-    A list page becomes tens of thousands of dicts and lists in one call;
-    every few hundred of them would otherwise trigger a collection that
-    walks the young objects, and older generations that hold the whole
-    cache. JSON cannot make reference cycles, so pausing is safe; measured
-    in benchmarks/informer_bench.py. If another thread disables the GC at
-    the same time we only re-enable what we disabled.
-    """
-    enabled = gc.isenabled()
-    if enabled:
-        gc.disable()
-    try:
+    """orjson.loads with the cyclic garbage collector paused (see ``gcpause``)."""
+    with gcpause.paused():
         return orjson.loads(body)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _retry_after(resp: urllib3.BaseHTTPResponse) -> float | None:
@@ -76,6 +71,99 @@ def _status_error(resp: urllib3.BaseHTTPResponse, body: bytes) -> ApiStatusError
     except orjson.JSONDecodeError:
         status = body[:200].decode("utf-8", "replace")
     return ApiStatusError.from_status(status, resp.status, _retry_after(resp))
+
+
+class _UnexpectedListFormat(Exception):
+    pass
+
+
+def _read_list_streamed(
+    resp: urllib3.BaseHTTPResponse, transform: Transform | None
+) -> tuple[list[KubeObject], dict[str, Any]]:
+    """Decode a list answer item by item while it arrives.
+
+    Why: decoding the whole answer at the end holds all its bytes and every
+    item at full size at once (for 20,000 pods: 58 MB of JSON and 200 MB of
+    objects, memory the process keeps), and leaves the CPU idle while the
+    server encodes. Item by item, each one is decoded and transformed (made
+    small) while the server is still writing the next ones.
+
+    How: the API server writes ``"items":[`` and then the items with no
+    space between them. Every item starts the way the first one does (its
+    first key: ``{"metadata":`` for built-in kinds, ``{"apiVersion":`` for
+    custom resources), so ``},`` followed by that start marks a boundary.
+    The same bytes can also occur deeper inside an item (a list of embedded
+    objects), never inside a string (quotes there are escaped); a cut at a
+    deeper level leaves unclosed brackets, so such a piece does not decode
+    and is joined with the next one. Whatever comes before and after the
+    array (kind, metadata: custom resource lists put it after) is decoded
+    as one document with the array emptied. Anything unexpected raises
+    ``_UnexpectedListFormat`` and the caller asks again and decodes whole.
+    """
+    loads = orjson.loads
+    buf = bytearray()
+    items: list[KubeObject] = []
+    head = b""
+    start = -1  # offset in buf of the next item, once "items":[ was seen
+    sep = b""
+    scan = 0
+    for chunk in resp.stream(_STREAM_CHUNK, decode_content=True):
+        buf += chunk
+        if start < 0:
+            at = buf.find(b'"items":[')
+            if at < 0:
+                if len(buf) > _MAX_LIST_HEAD:
+                    raise _UnexpectedListFormat("no items array near the start")
+                continue
+            head = bytes(buf[:at])
+            start = scan = at + len(b'"items":[')
+        if not sep:
+            if buf[start : start + 1] == b"]":
+                continue  # no items; the rest is the tail
+            key_end = buf.find(b'":', start)
+            if key_end < 0:
+                continue
+            sep = b"}," + bytes(buf[start : key_end + 2])
+        while True:
+            cut = buf.find(sep, scan)
+            if cut < 0:
+                scan = max(start, len(buf) - len(sep) + 1)
+                break
+            try:
+                obj = loads(buf[start : cut + 1])
+            except orjson.JSONDecodeError:
+                scan = cut + 1  # a cut inside an item: join with the next piece
+                continue
+            items.append(transform(obj) if transform is not None else obj)
+            start = scan = cut + 2
+        if start > _STREAM_KEEP:
+            del buf[:start]
+            scan -= start
+            start = 0
+    if start < 0:
+        raise _UnexpectedListFormat("no items array")
+    rest = bytes(buf[start:])
+    if rest.startswith(b"]"):
+        after = rest[1:]
+    else:
+        # The last item ends at the first "}]" that closes it whole.
+        end = rest.find(b"}]")
+        while True:
+            if end < 0:
+                raise _UnexpectedListFormat("the items array does not end")
+            try:
+                obj = loads(rest[: end + 1])
+                break
+            except orjson.JSONDecodeError:
+                end = rest.find(b"}]", end + 1)
+        items.append(transform(obj) if transform is not None else obj)
+        after = rest[end + 2 :]
+    try:
+        doc = loads(head + b'"items":[]' + after)
+    except orjson.JSONDecodeError as e:
+        raise _UnexpectedListFormat(f"what surrounds the items is not JSON: {e}") from e
+    meta = (doc.get("metadata") or {}) if isinstance(doc, dict) else {}
+    return items, meta
 
 
 class RawClient:
@@ -201,7 +289,14 @@ class ResourceListerWatcher:
         self._inflight: set[urllib3.BaseHTTPResponse] = set()
         self._streams: set[HttpWatchStream] = set()
 
-    def list_page(self, *, resource_version: str, limit: int, continue_token: str) -> ListPage:
+    def list_page(
+        self,
+        *,
+        resource_version: str,
+        limit: int,
+        continue_token: str,
+        transform: Transform | None = None,
+    ) -> ListPage:
         params = list(self._selectors)
         if continue_token:
             # The API server refuses a resourceVersion beside a continue token.
@@ -210,24 +305,37 @@ class ResourceListerWatcher:
             params.append(("resourceVersion", resource_version))
         if limit > 0:
             params.append(("limit", str(limit)))
+        try:
+            return self._get_list(params, transform, streamed=True)
+        except _UnexpectedListFormat as e:
+            log.warning("list %s: %s; decoding it whole", self.resource, e)
+            return self._get_list(params, transform, streamed=False)
+
+    def _get_list(
+        self, params: list[tuple[str, str]], transform: Transform | None, streamed: bool
+    ) -> ListPage:
         resp = self._client.get(self._path, params, read_timeout=self._list_timeout)
         with self._lock:
             self._inflight.add(resp)
         try:
-            body = resp.read()
+            if streamed:
+                items, meta = _read_list_streamed(resp, transform)
+            else:
+                data = decode(resp.read())
+                meta = data.get("metadata") or {}
+                items = data.get("items") or []
+                if transform is not None:
+                    items = [transform(o) for o in items]
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise TransportError(f"list {self.resource}: {e}") from e
+        except orjson.JSONDecodeError as e:
+            raise TransportError(f"list {self.resource}: bad JSON: {e}") from e
         finally:
             with self._lock:
                 self._inflight.discard(resp)
             resp.release_conn()
-        try:
-            data = decode(body)
-        except orjson.JSONDecodeError as e:
-            raise TransportError(f"list {self.resource}: bad JSON: {e}") from e
-        meta = data.get("metadata") or {}
         return ListPage(
-            items=data.get("items") or [],
+            items=items,
             resource_version=str(meta.get("resourceVersion") or ""),
             continue_token=str(meta.get("continue") or ""),
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Iterator, Protocol
 
 from informers.objects import KubeObject
+from informers.transforms import Transform
 
 # Watch event types, as the API server spells them.
 ADDED = "ADDED"
@@ -44,8 +45,19 @@ class WatchStream(Protocol):
 
 
 class ListerWatcher(Protocol):
-    def list_page(self, *, resource_version: str, limit: int, continue_token: str) -> ListPage:
-        """One list request. ``limit`` 0 asks for everything in one answer."""
+    def list_page(
+        self,
+        *,
+        resource_version: str,
+        limit: int,
+        continue_token: str,
+        transform: Transform | None = None,
+    ) -> ListPage:
+        """One list request. ``limit`` 0 asks for everything in one answer.
+
+        ``transform`` is applied to each item as soon as it is decoded (so a
+        big answer never exists untransformed all at once).
+        """
         ...
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> WatchStream:

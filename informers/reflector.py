@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from informers import gcpause
 from informers.backoff import Backoff
 from informers.clock import Clock, RealClock, Stopper
 from informers.errors import ApiStatusError, TransportError
@@ -213,6 +214,12 @@ class Reflector:
         return self._last_sync_rv
 
     def _list(self) -> None:
+        # A list is turned into thousands of objects at once, with nothing
+        # for the cyclic collector to find: see gcpause.
+        with gcpause.paused():
+            self._list_and_replace()
+
+    def _list_and_replace(self) -> None:
         rv = self._relist_resource_version()
         try:
             items, list_rv, paginated = self._list_all(rv)
@@ -249,24 +256,27 @@ class Reflector:
                 raise _Stopped()
             try:
                 page = self._lw.list_page(
-                    resource_version="" if token else rv, limit=limit, continue_token=token
+                    resource_version="" if token else rv,
+                    limit=limit,
+                    continue_token=token,
+                    transform=transform,
                 )
             except ApiStatusError as e:
                 if not (e.expired and token):
                     raise
-                # The continue token expired (compaction) mid-list: take the
-                # rest in one unpaginated list at the first page's version
-                # request, as client-go's pager does.
+                # The continue token expired (a compaction) mid-list: list
+                # everything again in one answer, at the resourceVersion the
+                # first page asked for, as client-go's pager does.
                 log.info("%s: continue token expired; listing unpaginated", self.name)
                 self.stats.paginated_fallbacks += 1
-                page = self._lw.list_page(resource_version=rv, limit=0, continue_token="")
+                page = self._lw.list_page(
+                    resource_version=rv, limit=0, continue_token="", transform=transform
+                )
                 items = []
                 token = ""
+                pages = 0
             pages += 1
-            if transform is not None:
-                items.extend([transform(o) for o in page.items])
-            else:
-                items.extend(page.items)
+            items.extend(page.items)
             if not page.continue_token:
                 break
             token = page.continue_token

@@ -25,6 +25,7 @@ import random
 import threading
 from typing import Callable, Mapping
 
+from informers import gcpause
 from informers.backoff import Backoff, BackoffPolicy
 from informers.clock import Clock, RealClock, Stopper
 from informers.delta_fifo import Delta, DeltaFIFO, DeltaType, FIFOClosedError
@@ -263,9 +264,16 @@ class SharedInformer:
     # -- the controller ------------------------------------------------
 
     def _process_loop(self) -> None:
+        fifo = self._fifo
         while True:
             try:
-                self._fifo.pop_batch(self._apply)
+                if fifo.has_synced():
+                    fifo.pop_batch(self._apply)
+                else:
+                    # The first list arrives as one burst of new objects:
+                    # see gcpause.
+                    with gcpause.paused():
+                        fifo.pop_batch(self._apply)
             except FIFOClosedError:
                 return
 

@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 from informers.errors import ApiStatusError, TransportError
 from informers.listwatch import ADDED, BOOKMARK, DELETED, ERROR, MODIFIED, ListerWatcher, ListPage, WatchStream
 from informers.objects import KubeObject, meta_namespace_key
+from informers.transforms import Transform
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,14 @@ class FakeListerWatcher:
 
     # -- the ListerWatcher seam ----------------------------------------
 
-    def list_page(self, *, resource_version: str, limit: int, continue_token: str) -> ListPage:
+    def list_page(
+        self,
+        *,
+        resource_version: str,
+        limit: int,
+        continue_token: str,
+        transform: Transform | None = None,
+    ) -> ListPage:
         with self._cond:
             self.list_calls.append(ListCall(resource_version, limit, continue_token))
             if self._list_errors:
@@ -243,6 +251,8 @@ class FakeListerWatcher:
                 self._snapshots[token] = (rv, rest)
             else:
                 page, token = rest, ""
+            if transform is not None:
+                page = [transform(copy.deepcopy(o)) for o in page]
             return ListPage(items=page, resource_version=str(rv), continue_token=token)
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> FakeWatch:
@@ -285,9 +295,19 @@ class GatedListerWatcher:
     def open_gate(self) -> None:
         self._open.set()
 
-    def list_page(self, *, resource_version: str, limit: int, continue_token: str) -> ListPage:
+    def list_page(
+        self,
+        *,
+        resource_version: str,
+        limit: int,
+        continue_token: str,
+        transform: Transform | None = None,
+    ) -> ListPage:
         return self.inner.list_page(
-            resource_version=resource_version, limit=limit, continue_token=continue_token
+            resource_version=resource_version,
+            limit=limit,
+            continue_token=continue_token,
+            transform=transform,
         )
 
     def watch(self, *, resource_version: str, timeout_seconds: int) -> WatchStream:

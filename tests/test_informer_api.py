@@ -1,0 +1,125 @@
+"""Decoding list answers item by item as they arrive, and classifying API errors."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import orjson
+import pytest
+
+from informers.api import _read_list_streamed, _UnexpectedListFormat
+from informers.errors import ApiStatusError
+
+
+class ChunkedResponse:
+    """Stands in for a urllib3 response: yields ``body`` in pieces of ``size``."""
+
+    def __init__(self, body: bytes, size: int) -> None:
+        self.body = body
+        self.size = size
+
+    def stream(self, amt: int, decode_content: bool = True) -> Iterator[bytes]:
+        for i in range(0, len(self.body), self.size):
+            yield self.body[i : i + self.size]
+
+
+def go_json(doc: Any) -> bytes:
+    # The API server's encoding: compact, no spaces.
+    return orjson.dumps(doc)
+
+
+def pod(i: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"p{i}", "namespace": "ns", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"},
+            {"apiVersion": "apps/v1", "kind": "Other", "name": "x"}]},
+        "spec": {
+            # Embedded objects whose first key is the item's first key: cuts
+            # inside an item that must be joined again.
+            "templates": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}],
+            "tolerations": [{"key": "k", "value": '},{"metadata": inside a string'}],
+        },
+    }
+
+
+def custom(i: int) -> dict[str, Any]:
+    return {"apiVersion": "gpuclaimctl.io/v1alpha1", "kind": "GPUClaim",
+            "metadata": {"name": f"c{i}", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p"}, {"apiVersion": "v1", "kind": "Pod", "name": "q"}]},
+            "spec": {"className": "a100", "count": 1}}
+
+
+BUILTIN_LIST = go_json({
+    "kind": "PodList", "apiVersion": "v1",
+    "metadata": {"resourceVersion": "42", "continue": "tok"},
+    "items": [pod(i) for i in range(7)],
+})
+# Custom resource lists are encoded from a map: sorted keys, metadata last.
+CUSTOM_LIST = go_json({
+    "apiVersion": "gpuclaimctl.io/v1alpha1",
+    "items": [custom(i) for i in range(5)],
+    "kind": "GPUClaimList",
+    "metadata": {"continue": "", "resourceVersion": "77"},
+})
+EMPTY_LIST = go_json({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"}, "items": []})
+
+
+@pytest.mark.parametrize("body", [BUILTIN_LIST, CUSTOM_LIST, EMPTY_LIST], ids=["builtin", "custom", "empty"])
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 1000, 1 << 20])
+def test_a_list_decoded_item_by_item_equals_the_list_decoded_whole(body: bytes, size: int) -> None:
+    items, meta = _read_list_streamed(ChunkedResponse(body, size), None)  # type: ignore[arg-type]
+    whole = orjson.loads(body)
+    assert items == whole["items"]
+    assert meta == whole["metadata"]
+
+
+def test_each_item_is_transformed_as_it_is_decoded() -> None:
+    seen: list[str] = []
+
+    def mark(obj: dict[str, Any]) -> dict[str, Any]:
+        seen.append(obj["metadata"]["name"])
+        return {"name": obj["metadata"]["name"]}
+
+    items, _ = _read_list_streamed(ChunkedResponse(BUILTIN_LIST, 100), mark)  # type: ignore[arg-type]
+    assert items == [{"name": f"p{i}"} for i in range(7)]
+    assert seen == [f"p{i}" for i in range(7)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(orjson.dumps({"kind": "Status", "code": 200}), id="no-items"),
+        pytest.param(b'{"metadata":{},"items":[{"metadata":{}}, {"metadata":{}}]}', id="spaces-between-items"),
+        pytest.param(b'{"metadata":{},"items":[{"metadata":{}},{"metadata":', id="cut-short"),
+    ],
+)
+def test_an_unexpected_shape_is_reported_so_the_caller_decodes_whole(body: bytes) -> None:
+    with pytest.raises((_UnexpectedListFormat, orjson.JSONDecodeError)):
+        _read_list_streamed(ChunkedResponse(body, 5), None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("status", "expired", "too_large", "retriable"),
+    [
+        pytest.param({"code": 410, "reason": "Expired"}, True, False, False, id="410-expired"),
+        pytest.param({"code": 410, "reason": "Gone"}, True, False, False, id="410-gone"),
+        pytest.param({"code": 429, "reason": "TooManyRequests"}, False, False, True, id="429"),
+        pytest.param({"code": 503}, False, False, True, id="503"),
+        pytest.param({"code": 504, "reason": "Timeout", "message": "Too large resource version: 5, current: 3",
+                      "details": {"causes": [{"reason": "ResourceVersionTooLarge"}]}},
+                     False, True, True, id="too-large-rv"),
+        pytest.param({"code": 403, "reason": "Forbidden"}, False, False, False, id="403"),
+    ],
+)
+def test_status_errors_are_classified_the_way_the_reflector_needs(
+    status: dict[str, Any], expired: bool, too_large: bool, retriable: bool
+) -> None:
+    e = ApiStatusError.from_status({"kind": "Status", **status})
+    assert (e.expired, e.too_large_resource_version, e.retriable) == (expired, too_large, retriable)
+
+
+def test_retry_after_comes_from_the_status_details_or_the_header() -> None:
+    e = ApiStatusError.from_status({"code": 429, "details": {"retryAfterSeconds": 3}})
+    assert e.retry_after == 3
+    e = ApiStatusError.from_status({"code": 429}, retry_after=5)
+    assert e.retry_after == 5
