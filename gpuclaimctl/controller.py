@@ -27,6 +27,7 @@ from gpuclaimctl import api, indexes
 from gpuclaimctl.claimsync import sync_claim
 from gpuclaimctl.inflight import InFlightPlacements
 from gpuclaimctl.kube import ApiError
+from gpuclaimctl.lockedcache import LockedCache
 from gpuclaimctl.options import Options
 from gpuclaimctl.placement import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
 from gpuclaimctl.podsync import sync_pod
@@ -100,7 +101,7 @@ class Controller:
         self._cluster: Cluster | None = None
         self._dirty_nodes: set[str] = set()
         self._classes_dirty = True
-        self.deleted_pods: LRUCache[str, bool] = LRUCache(DELETED_PODS_REMEMBERED)
+        self.deleted_pods: LockedCache[str, bool] = LockedCache(LRUCache(DELETED_PODS_REMEMBERED))
         # When a node went NotReady or vanished (for Lost), and when its
         # allocatable, taints or readiness last changed (ends rejections).
         self.node_unhealthy_since: dict[str, datetime] = {}
@@ -108,10 +109,10 @@ class Controller:
         # Rejections of template and inline sets: their claims die with the
         # refused pod, so the rejection lives with the set's identity (the
         # pod's owner and the entries) here, for --reject-for at most.
-        self.set_rejections: TTLCache[tuple[str, str], tuple[Rejection, ...]] = TTLCache(
-            maxsize=10_000, ttl=max(options.reject_for, 1.0))
+        self.set_rejections: LockedCache[tuple[str, str], tuple[Rejection, ...]] = LockedCache(
+            TTLCache(maxsize=10_000, ttl=max(options.reject_for, 1.0)))
         # The last waiting reason told to each pod, so it gets one event per change.
-        self.told: LRUCache[str, str] = LRUCache(100_000)
+        self.told: LockedCache[str, str] = LockedCache(LRUCache(100_000))
 
         self.pod_informer = factory.informer_for(PODS, indexers=indexes.POD_INDEXERS)
         self.claim_informer = factory.informer_for(GPU_CLAIMS, indexers=indexes.CLAIM_INDEXERS)

@@ -209,7 +209,7 @@ def _set_key(pod: Obj, entries: Sequence[ClaimEntry]) -> tuple[str, str]:
 def _with_set_rejections(ctl: Controller, set_key: tuple[str, str],
                          states: list[ClaimState | UnresolvedClaim],
                          now: datetime) -> list[ClaimState | UnresolvedClaim]:
-    extra = [r for r in ctl.set_rejections.get(set_key, ())
+    extra = [r for r in ctl.set_rejections.get(set_key) or ()
              if r.until > now and not _node_changed_since(ctl, r)]
     if not extra:
         return states
@@ -362,8 +362,8 @@ def _check_refused(ctl: Controller, pod: Obj) -> None:
     until = ctl.now() + timedelta(seconds=ctl.options.reject_for)
     rejection = Rejection(node_name, until, f"Unschedulable: {message}"[:1024])
     set_key = _set_key(pod, entries)
-    ctl.set_rejections[set_key] = tuple(
-        r for r in ctl.set_rejections.get(set_key, ()) if r.node_name != node_name) + (rejection,)
+    ctl.set_rejections.update(set_key, lambda old: tuple(
+        r for r in old or () if r.node_name != node_name) + (rejection,))
     for c in claims:
         assert c is not None
         _record_rejection(ctl, c, rejection)
