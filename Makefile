@@ -31,6 +31,7 @@ run: controlplane
 test: controlplane
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy gpuclaimctl informers workqueue metrics
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
