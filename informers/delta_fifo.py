@@ -62,9 +62,10 @@ class FIFOClosedError(Exception):
 
 
 class DeltaFIFO:
-    """Invariant (under ``_cond``): ``_pending[k]`` is [number of deltas of
-    ``k`` in ``_queue``, newest object of ``k``, newest delta type of ``k``],
-    and keys with no delta in ``_queue`` are absent."""
+    """Invariant (under ``_cond``): ``_count[k]`` is the number of deltas of
+    ``k`` in ``_queue`` and ``_newest[k]`` the last of them; keys with no
+    delta in ``_queue`` are in neither. (Two dicts of existing objects, not
+    a record per key: a relist queues tens of thousands at once.)"""
 
     def __init__(
         self,
@@ -78,7 +79,8 @@ class DeltaFIFO:
         self._key_func = key_func
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[Delta] = deque()
-        self._pending: dict[str, list[object]] = {}
+        self._count: dict[str, int] = {}
+        self._newest: dict[str, Delta] = {}
         self._populated = False
         self._initial_left = 0
         self._closed = False
@@ -113,15 +115,17 @@ class DeltaFIFO:
                 keys.add(key)
                 queued += queue(_REPLACED, obj, key, initial)
             # Keys still waiting in the queue, absent from the new list.
-            for key, (_, newest, newest_type) in list(self._pending.items()):
+            for key, (newest_type, newest, _, _) in list(self._newest.items()):
                 if key in keys or newest_type is _DELETED:
                     continue
                 if isinstance(newest, DeletedFinalStateUnknown):
-                    newest = newest.obj
-                queued += queue(_DELETED, DeletedFinalStateUnknown(key, newest), key, initial)  # type: ignore[arg-type]
+                    last = newest.obj
+                else:
+                    last = newest
+                queued += queue(_DELETED, DeletedFinalStateUnknown(key, last), key, initial)
             # Keys in the store with nothing queued, absent from the new list.
             for key in self._known.list_keys():
-                if key in keys or key in self._pending:
+                if key in keys or key in self._count:
                     continue
                 last = self._known.get_by_key(key)
                 queued += queue(_DELETED, DeletedFinalStateUnknown(key, last), key, initial)
@@ -137,7 +141,7 @@ class DeltaFIFO:
         with self._cond:
             n = 0
             for key in self._known.list_keys():
-                if key in self._pending:
+                if key in self._count:
                     continue
                 obj = self._known.get_by_key(key)
                 if obj is not None:
@@ -149,16 +153,13 @@ class DeltaFIFO:
     def _queue_locked(
         self, dtype: DeltaType, obj: KubeObject | DeletedFinalStateUnknown, key: str, initial: bool
     ) -> int:
-        pending = self._pending.get(key)
-        if pending is None:
-            self._pending[key] = [1, obj, dtype]
-        else:
-            if dtype is _DELETED and pending[2] is _DELETED:
-                return 0
-            pending[0] += 1  # type: ignore[operator]
-            pending[1] = obj
-            pending[2] = dtype
-        self._queue.append((dtype, obj, key, initial))
+        count = self._count.get(key, 0)
+        if count and dtype is _DELETED and self._newest[key][0] is _DELETED:
+            return 0
+        entry = (dtype, obj, key, initial)
+        self._count[key] = count + 1
+        self._newest[key] = entry
+        self._queue.append(entry)
         return 1
 
     # -- the consumer (the informer) ------------------------------------
@@ -174,17 +175,22 @@ class DeltaFIFO:
             if self._closed:
                 raise FIFOClosedError()
             queue = self._queue
-            pending = self._pending
+            counts = self._count
             n = min(max_items, len(queue))
             batch = [queue.popleft() for _ in range(n)]
             initial = 0
             for _, _, key, is_initial in batch:
-                p = pending[key]
-                if p[0] == 1:
-                    del pending[key]
+                count = counts[key]
+                if count == 1:
+                    del counts[key]
+                    del self._newest[key]
                 else:
-                    p[0] -= 1  # type: ignore[operator]
+                    counts[key] = count - 1
                 initial += is_initial
+            if not counts:
+                # A dict never gives back the room a burst (a relist) made.
+                self._count = {}
+                self._newest = {}
             try:
                 process(batch)
             finally:
@@ -210,4 +216,4 @@ class DeltaFIFO:
 
     def pending_keys(self) -> list[str]:
         with self._cond:
-            return list(self._pending)
+            return list(self._count)

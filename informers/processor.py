@@ -152,7 +152,12 @@ class Listener:
                 self._buffer = deque()
                 self._busy = True
             initial_seen = False
-            for kind, old, new, initial, _sync in batch:
+            old: KubeObject | None
+            new: KubeObject | DeletedFinalStateUnknown | None
+            # popleft: a handled notification (and the objects it holds)
+            # is let go at once, not when the next batch arrives.
+            while batch:
+                kind, old, new, initial, _sync = batch.popleft()
                 if self._stopped:
                     return
                 try:
@@ -170,6 +175,7 @@ class Listener:
                 if initial:
                     self._initial_done += 1
                     initial_seen = True
+            old = new = None
             if initial_seen:
                 # Lets waiters on has_synced re-check without polling.
                 self._on_initial_done()

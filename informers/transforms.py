@@ -74,6 +74,8 @@ class Compactor:
         self._once: dict[bytes, Any] = {}
         self._strings: dict[str, str] = {}
         self._caps = (shared_entries, once_entries, strings)
+        # orjson makes a new {} or [] each time; one of each serves all.
+        self._empty: dict[type, Any] = {dict: {}, list: []}
 
     def __call__(self, obj: KubeObject) -> KubeObject:
         shared_cap, once_cap, strings_cap = self._caps
@@ -99,11 +101,14 @@ class Compactor:
                     strings[v] = v
                 elif c is not v:
                     o[k] = c
-            elif (t is dict or t is list) and v:
-                key = dumps(v)
-                c = shared.get(key)
-                if c is None:
-                    c = self._unshared(key, v)
+            elif t is dict or t is list:
+                if v:
+                    key = dumps(v)
+                    c = shared.get(key)
+                    if c is None:
+                        c = self._unshared(key, v)
+                else:
+                    c = self._empty[t]
                 if c is not v:
                     o[k] = c
 
