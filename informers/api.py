@@ -42,8 +42,8 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 # means the connection died without a FIN (a host gone, a dropped route).
 WATCH_READ_MARGIN = 30.0
 _STREAM_CHUNK = 1 << 16
-# A list's kind and metadata come before its items; more than this before
-# "items":[ means the answer is not shaped as expected.
+# Only a list's kind, apiVersion and (for built-in kinds) metadata come
+# before its items; more than this before "items":[ means an unexpected shape.
 _MAX_LIST_HEAD = 1 << 16
 # Consumed bytes are dropped from the read buffer once this many pile up.
 _STREAM_KEEP = 1 << 20
@@ -124,18 +124,20 @@ def _read_list_streamed(
             if key_end < 0:
                 continue
             sep = b"}," + bytes(buf[start : key_end + 2])
-        while True:
-            cut = buf.find(sep, scan)
-            if cut < 0:
-                scan = max(start, len(buf) - len(sep) + 1)
-                break
-            try:
-                obj = loads(buf[start : cut + 1])
-            except orjson.JSONDecodeError:
-                scan = cut + 1  # a cut inside an item: join with the next piece
-                continue
-            items.append(transform(obj) if transform is not None else obj)
-            start = scan = cut + 2
+        # A view decodes items in place; it is released before buf grows.
+        with memoryview(buf) as view:
+            while True:
+                cut = buf.find(sep, scan)
+                if cut < 0:
+                    scan = max(start, len(buf) - len(sep) + 1)
+                    break
+                try:
+                    obj = loads(view[start : cut + 1])
+                except orjson.JSONDecodeError:
+                    scan = cut + 1  # a cut inside an item: join with the next piece
+                    continue
+                items.append(transform(obj) if transform is not None else obj)
+                start = scan = cut + 2
         if start > _STREAM_KEEP:
             del buf[:start]
             scan -= start

@@ -103,9 +103,11 @@ class Listener:
         self.errors = 0
 
     def start(self) -> None:
-        if self._thread is None:
+        with self._cond:
+            if self._thread is not None or self._stopped:
+                return
             self._thread = threading.Thread(target=self._run, name=f"handler:{self.name}", daemon=True)
-            self._thread.start()
+        self._thread.start()
 
     def stop(self) -> None:
         with self._cond:

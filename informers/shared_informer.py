@@ -134,6 +134,7 @@ class SharedInformer:
         self._resync_generation = 0
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._stopped = False
         self._handler_count = 0
         self.handler_errors = 0
         self.apply_errors = 0
@@ -185,7 +186,6 @@ class SharedInformer:
         with self._lock:
             self._handler_count += 1
             name = name or f"{self.name}#{self._handler_count}"
-            started = self._started
         period = max(resync_period, MIN_RESYNC_PERIOD) if resync_period > 0 else 0.0
         listener = Listener(
             handler,
@@ -202,8 +202,11 @@ class SharedInformer:
             self._processor.add(listener)
             if seed:
                 listener.add([(ADD, None, obj, True, False) for obj in seed])
-        if started:
-            listener.start()
+        # After the listener joined the processor, so either this or start()
+        # starts it (Listener.start is idempotent).
+        with self._lock:
+            if self._started and not self._stopped:
+                listener.start()
         if period:
             self._resync_generation += 1
             self._stopper.poke()
@@ -215,7 +218,8 @@ class SharedInformer:
             listener.stop()
 
     def _handler_failed(self, listener: Listener, error: BaseException) -> None:
-        self.handler_errors += 1
+        with self._lock:
+            self.handler_errors += 1
         if self._on_handler_error is not None:
             try:
                 self._on_handler_error(listener.name, error)
@@ -231,6 +235,7 @@ class SharedInformer:
             if self._started:
                 return
             self._started = True
+            listeners = self._processor.listeners()
         for target, role in (
             (self.reflector.run, "reflector"),
             (self._process_loop, "controller"),
@@ -238,13 +243,15 @@ class SharedInformer:
         ):
             t = threading.Thread(target=target, name=f"{self.name}:{role}", daemon=True)
             self._threads.append(t)
-        for listener in self._processor.listeners():
+        for listener in listeners:
             listener.start()
         for t in self._threads:
             t.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every thread of this informer; the cache keeps its content."""
+        with self._lock:
+            self._stopped = True
         self.reflector.stop()
         self._fifo.close()
         self._stopper.stop()
