@@ -123,3 +123,108 @@ def test_retry_after_comes_from_the_status_details_or_the_header() -> None:
     assert e.retry_after == 3
     e = ApiStatusError.from_status({"code": 429}, retry_after=5)
     assert e.retry_after == 5
+
+
+# -- a silent server: read timeout and prompt close ------------------------------
+
+
+class SilentServer:
+    """Answers one request with the start of a chunked 200, then says nothing more."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[Any] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+def lister_watcher_for(port: int) -> Any:
+    from kubernetes import client
+
+    from informers.api import RawClient, ResourceListerWatcher
+    from informers.resource import CONFIG_MAPS
+
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    return ResourceListerWatcher(RawClient(api), CONFIG_MAPS)
+
+
+def test_a_watch_on_a_dead_connection_ends_after_the_client_read_timeout(
+    silent_server: SilentServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import informers.api
+    from informers.errors import TransportError
+
+    # Server timeout 1s + margin 0.5s: a healthy server would have ended the
+    # watch by then, so silence that long means the connection is dead.
+    monkeypatch.setattr(informers.api, "WATCH_READ_MARGIN", 0.5)
+    stream = lister_watcher_for(silent_server.port).watch(resource_version="1", timeout_seconds=1)
+    started = time.monotonic()
+    with pytest.raises(TransportError):
+        list(stream)
+    assert 1.0 <= time.monotonic() - started < 10
+
+
+def test_closing_a_watch_from_another_thread_ends_its_reader_at_once(silent_server: SilentServer) -> None:
+    import sys
+    import threading
+    import time
+
+    from tests.helpers import wait_for
+
+    stream = lister_watcher_for(silent_server.port).watch(resource_version="1", timeout_seconds=600)
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(list(stream))
+        except Exception as e:  # pragma: no cover - reported below
+            outcome.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def reader_blocked_in_a_socket_read() -> bool:
+        frame = sys._current_frames().get(reader.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == "readinto" and "socket" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
+    wait_for(reader_blocked_in_a_socket_read, timeout=10, message="the reader to block on the socket")
+    started = time.monotonic()
+    stream.close()
+    reader.join(5)
+    assert not reader.is_alive() and time.monotonic() - started < 2
+    assert outcome == [[]], "a closed watch ends quietly, not with an error"

@@ -435,3 +435,21 @@ def test_late_handler_resync_indexes_and_transform_work_on_real_objects(api_clie
         assert all("managedFields" not in o["metadata"] for o in inf.indexer.list())
     finally:
         inf.stop()
+
+
+@pytest.mark.plane
+def test_stop_ends_an_open_watch_on_the_real_server_at_once(api_client: Any, namespace: str) -> None:
+    import time
+
+    from tests.test_reflector import config_map_lw
+
+    inf = SharedInformer(config_map_lw(api_client, namespace), name="stop")
+    inf.add_event_handler(Recording())
+    inf.start()
+    assert inf.wait_for_sync(30)
+    wait_for(lambda: inf.reflector.stats.watches >= 1, message="the watch to open")
+    started = time.monotonic()
+    inf.stop(timeout=10)
+    # The watch was asked to last 5 to 10 minutes; stop closes it.
+    assert time.monotonic() - started < 2
+    assert not any(t.is_alive() for t in inf._threads)
