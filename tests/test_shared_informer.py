@@ -453,3 +453,62 @@ def test_stop_ends_an_open_watch_on_the_real_server_at_once(api_client: Any, nam
     # The watch was asked to last 5 to 10 minutes; stop closes it.
     assert time.monotonic() - started < 2
     assert not any(t.is_alive() for t in inf._threads)
+
+
+@pytest.mark.plane
+def test_a_410_forced_by_an_etcd_compaction_relists_and_the_cache_equals_a_fresh_list(
+    control_plane: Any, api_client: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    from informers.api import RawClient, ResourceListerWatcher
+    from informers.resource import Resource
+    from informers.testing import GatedListerWatcher
+
+    # PodTemplates are watched straight from etcd (the API server keeps no
+    # watch cache for them), so a compaction is what makes a watch from an
+    # older resourceVersion end with 410.
+    pod_templates = Resource("", "v1", "podtemplates", namespaced=True)
+    core = client.CoreV1Api(api_client)
+
+    def template(name: str, image: str = "busybox") -> dict[str, Any]:
+        return {"metadata": {"name": name},
+                "template": {"spec": {"containers": [{"name": "c", "image": image}]}}}
+
+    for i in range(20):
+        core.create_namespaced_pod_template(namespace, template(f"t{i:02d}"))
+    gated = GatedListerWatcher(ResourceListerWatcher(RawClient(api_client), pod_templates, namespace=namespace))
+    # Watches of 2-4s, so the reflector soon comes back to the gate.
+    inf = SharedInformer(gated, name="podtemplates", min_watch_timeout=2)
+    h = Recording()
+    inf.add_event_handler(h)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(30)
+        wait_for(lambda: len(h.events) == 20)
+        gated.close_gate()
+        assert gated.waiting.wait(30), "the watch did not end"
+        # While the reflector waits at the gate: changes it cannot see, then
+        # a compaction past its resourceVersion.
+        for name in ("t00", "t01", "t02"):
+            core.delete_namespaced_pod_template(name, namespace)
+        core.replace_namespaced_pod_template("t03", namespace, template("t03", image="alpine"))
+        core.create_namespaced_pod_template(namespace, template("t-new"))
+        control_plane.compact_etcd()
+        expected = {
+            f"{namespace}/{t.metadata.name}": t.metadata.resource_version
+            for t in core.list_namespaced_pod_template(namespace).items
+        }
+        gated.open_gate()
+        wait_for(lambda: {inf.indexer.key_of(o): o["metadata"]["resourceVersion"] for o in inf.indexer.list()}
+                 == expected, timeout=60, message=lambda: f"stats {inf.reflector.stats}")
+        assert inf.reflector.stats.expired >= 1, "the watch ended with 410"
+        wait_for(lambda: len(h.events) == 20 + 5, message=lambda: f"{h.summary()[20:]}")
+        after = h.events[20:]
+        deletes = [o for kind, o, _ in after if kind == "delete"]
+        assert sorted(d.key for d in deletes) == [f"{namespace}/t0{i}" for i in range(3)]
+        assert all(isinstance(d, DeletedFinalStateUnknown) for d in deletes)
+        assert [new["metadata"]["name"] for kind, _, new in after if kind == "update"] == ["t03"]
+        assert [o["metadata"]["name"] for kind, o, _ in after if kind == "add"] == ["t-new"]
+    finally:
+        inf.stop()
