@@ -18,7 +18,7 @@ import signal
 import threading
 from types import FrameType
 
-from kubernetes import client, config
+from kubernetes import client
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl import kube, logs
@@ -58,17 +58,11 @@ def _with_kubeconfig(options: Options, path: str) -> Options:
 
 
 def _api_client(options: Options) -> client.ApiClient:
-    if options.kubeconfig or options.context:
-        api_client: client.ApiClient = config.new_client_from_config(
-            config_file=options.kubeconfig, context=options.context)
-    else:
-        try:
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException as e:
-            raise SystemExit(f"gpuclaimctl: no --kubeconfig given and not in a cluster ({e}); "
-                             "use --kubeconfig, or --local for a local control plane") from None
-        api_client = client.ApiClient(cfg)
+    try:
+        api_client = kube.load_client(options.kubeconfig, options.context)
+    except kube.ConfigError as e:
+        hint = "" if options.kubeconfig else ", or --local for a local control plane"
+        raise SystemExit(f"gpuclaimctl: {e}{hint}") from None
     # Enough connections for every informer's watch plus the workers' writes.
     api_client.configuration.connection_pool_maxsize = max(16, options.workers * 2 + 8)
     api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = \

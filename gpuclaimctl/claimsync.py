@@ -21,6 +21,7 @@ from gpuclaimctl.claimplan import (
     plan_claim,
     template_owner_uid,
 )
+from gpuclaimctl.indexes import node_ready
 from gpuclaimctl.writer import NotFound
 
 if TYPE_CHECKING:
@@ -51,8 +52,7 @@ def sync_claim(ctl: Controller, key: str) -> None:
     if status.get("nodeName"):
         node_name = status["nodeName"]
         n = ctl.nodes.get(node_name)
-        ready = n is not None and any(c.get("type") == "Ready" and c.get("status") == "True"
-                                      for c in (n.get("status") or {}).get("conditions") or ())
+        ready = node_ready(n)
         # A node that went while we were down has no delete event: its grace
         # period starts the first time a sync finds it missing or NotReady.
         since = None if ready else ctl.node_unhealthy_since.setdefault(node_name, ctl.now())

@@ -335,7 +335,7 @@ class Controller:
         if old is None and name in self.node_unhealthy_since:
             # Re-created under the same name: as good as changed.
             self.node_changed_at[name] = self.now()
-        ready = _node_ready(new)
+        ready = indexes.node_ready(new)
         if ready:
             self.node_unhealthy_since.pop(name, None)
         else:
@@ -429,13 +429,6 @@ def _uses_gpus_without_claims(pod: Obj) -> bool:
         for key in list((res.get("requests") or {})) + list((res.get("limits") or {})):
             if "/" in key and not key.startswith("kubernetes.io/"):
                 return True
-    return False
-
-
-def _node_ready(node: Obj) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
     return False
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import urllib3
-from kubernetes import client
+from kubernetes import client, config
 
 
 class ApiError(Exception):
@@ -26,6 +26,32 @@ class ApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+class ConfigError(Exception):
+    """No usable client configuration; str() is one line for a person."""
+
+
+def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
+    """A kubeconfig when one is named (a context alone picks from the default
+    kubeconfig), else the in-cluster service account; ConfigError if neither."""
+    if kubeconfig or context:
+        try:
+            api: client.ApiClient = config.new_client_from_config(
+                config_file=kubeconfig, context=context)
+            return api
+        except (config.ConfigException, OSError) as e:
+            where = kubeconfig or "the default kubeconfig"
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"cannot load {where}: {first}") from None
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        raise ConfigError(
+            "no cluster to talk to: not running in a pod; pass --kubeconfig (and --context)"
+        ) from None
+    return client.ApiClient(configuration)
 
 
 class TokenBucket:

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpuclaimctl import api
-from gpuclaimctl.indexes import has_gate
+from gpuclaimctl.indexes import has_gate, node_ready
 from gpuclaimctl.inflight import combine
 from gpuclaimctl.nodeaffinity import (
     BLOCKING_EFFECTS,
@@ -337,8 +337,7 @@ def _check_refused(ctl: Controller, pod: Obj) -> None:
     node = ctl.nodes.get(node_name)
     if node is None or (node.get("spec") or {}).get("unschedulable"):
         return
-    if not any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or ()):
+    if not node_ready(node):
         return
     taints = [Taint.from_api(t) for t in (node.get("spec") or {}).get("taints") or ()
               if t.get("effect") in BLOCKING_EFFECTS]

@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 
 from gpuclaimctl.api import (
     CLAIM_PLURAL,
@@ -39,6 +39,7 @@ from gpuclaimctl.api import (
     WaitReason,
 )
 from gpuclaimctl.inflight import claim_usage, used_capacity
+from gpuclaimctl import kube
 from gpuclaimctl.kube import ApiError, request_json
 from gpuclaimctl.placement import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.podclaims import PodClaimsError, pod_claims
@@ -307,23 +308,10 @@ class Snapshot:
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
-    """A kubeconfig when one is named (a context alone picks from the default
-    kubeconfig), else the in-cluster service account; StatusError if neither."""
-    if kubeconfig or context:
-        try:
-            api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig, context=context)
-            return api
-        except (config.ConfigException, OSError) as e:
-            where = kubeconfig or "the default kubeconfig"
-            raise StatusError(f"cannot load {where}: {_one_line(e)}") from None
-    configuration = client.Configuration()
     try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        raise StatusError(
-            "no cluster to talk to: not running in a pod; pass --kubeconfig (and --context)"
-        ) from None
-    return client.ApiClient(configuration)
+        return kube.load_client(kubeconfig, context)
+    except kube.ConfigError as e:
+        raise StatusError(str(e)) from None
 
 
 def list_all(api: client.ApiClient, path: str, query: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
