@@ -68,8 +68,17 @@ def gpu_node_manifest(
     }
 
 
+# kube-controller-manager puts these on a new node and takes them off a
+# moment after it reports Ready; until then kube-scheduler (and placement)
+# will not use the node.
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
 def node_is_ready(core: client.CoreV1Api, name: str) -> bool:
+    """Ready, and without the not-ready taints: usable by the scheduler."""
     node = core.read_node(name)
+    if any(t.key in NOT_READY_TAINTS for t in node.spec.taints or []):
+        return False
     for c in node.status.conditions or []:
         if c.type == "Ready":
             return bool(c.status == "True")
