@@ -62,7 +62,7 @@ class SharedInformerFactory:
         selectors apply to every resource. ``transform`` runs on each object
         before it is cached (by default it drops ``managedFields``); then,
         with ``compact``, a ``Compactor`` shares equal parts between cached
-        objects (a quarter of the memory for pods; see transforms)."""
+        objects (a fifth of the memory for pods; see transforms)."""
         self._client = RawClient(api_client)
         self._namespace = namespace
         self._label_selector = label_selector

@@ -37,6 +37,11 @@ def chain(*transforms: Transform) -> Transform:
     return run
 
 
+# metadata fields unique to each object (or each version of it) by
+# definition: a table entry for them would never be shared, only kept.
+_PER_OBJECT = frozenset(("uid", "resourceVersion", "name"))
+
+
 class Compactor:
     """A transform that shares equal strings and equal sub-objects between cached objects.
 
@@ -46,80 +51,144 @@ class Compactor:
     looked up by its JSON encoding (orjson, in C, so equal means equal in
     every detail: key order, ``true`` vs ``1``, ``-0.0``); an equal part
     seen before replaces it whole, unseen parts are walked the same way, and
-    strings are shared too. This is why the read-only rule matters even
-    more here: a change made in place to a shared part would show in every
+    strings and dict keys are shared too (orjson's own key cache is small
+    and misses some). This is why the read-only rule matters even more
+    here: a change made in place to a shared part would show in every
     object that holds it.
 
     Parts are remembered in bounded tables: a part enters ``_once`` when
     first seen and moves to ``_shared`` when seen again, so parts unique to
     one object (its metadata, a random volume name) never fill the
-    long-lived table. A full table is emptied and refilled: sharing
-    restarts, it is never wrong. The object itself is not remembered, so no
-    table keeps an old version of it alive.
+    long-lived table. ``metadata.uid``, ``resourceVersion`` and ``name``
+    are unique by definition and are not remembered at all. A full table of
+    parts is emptied and refilled: sharing restarts, it is never wrong. The
+    string table has two generations instead, so the strings in use (an
+    image, a namespace) stay shared when it turns over. The object itself
+    is not remembered, so no table keeps an old version of it alive.
 
-    Dicts that stay unique are rebuilt at their exact size: orjson grows a
-    dict key by key and leaves it up to 40% larger than needed.
+    Unique dicts of more than five keys are rebuilt at their exact size
+    (orjson grows a dict key by key and leaves it up to 40% larger than
+    needed), with their keys shared.
 
     Measured on the benchmark's pods (2.0 KB of JSON without managedFields):
-    about 10.5 KB of Python objects per pod without it, 2.5 KB with it,
-    tables included (benchmarks/informer_bench.py).
+    10.4 KB of Python objects per pod without it, 2.0 KB with it; 2.5 KB
+    of RSS per cached pod in all, store and tables included
+    (benchmarks/informer_bench.py).
 
     Not thread-safe: each informer gets its own.
     """
 
     def __init__(
-        self, shared_entries: int = 1 << 14, once_entries: int = 1 << 11, strings: int = 1 << 16
+        self,
+        shared_entries: int = 1 << 14,
+        once_entries: int = 1 << 11,
+        strings: int = 1 << 13,
+        keys: int = 1 << 14,
     ) -> None:
         self._shared: dict[bytes, Any] = {}
         self._once: dict[bytes, Any] = {}
         self._strings: dict[str, str] = {}
-        self._caps = (shared_entries, once_entries, strings)
+        self._older_strings: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
+        self._caps = (shared_entries, once_entries, strings, keys)
         # orjson makes a new {} or [] each time; one of each serves all.
         self._empty: dict[type, Any] = {dict: {}, list: []}
 
     def __call__(self, obj: KubeObject) -> KubeObject:
-        shared_cap, once_cap, strings_cap = self._caps
+        shared_cap, once_cap, strings_cap, keys_cap = self._caps
         if len(self._shared) > shared_cap:
             self._shared.clear()
         if len(self._once) > once_cap:
             self._once.clear()
         if len(self._strings) > strings_cap:
-            self._strings.clear()
-        self._walk(obj)
-        return obj
+            # Two generations: a string still in use moves back into the
+            # new table when next seen, one-offs are dropped with the old.
+            self._older_strings = self._strings
+            self._strings = {}
+        if len(self._keys) > keys_cap:
+            self._keys.clear()
+        return self._dict(obj, top=True)
 
-    def _walk(self, o: Any) -> None:
-        """Replace the parts of dict or list ``o`` with their canonical equals, in place."""
+    def _dict(self, d: dict[str, Any], top: bool = False) -> dict[str, Any]:
+        """``d`` with its values made canonical, in place; a dict big
+        enough to be oversized is rebuilt (with canonical keys), and so
+        returned as a new dict. With ``top``, ``d`` is the object itself:
+        its metadata is walked without looking it up (it is unique) and
+        without remembering the per-object strings."""
         strings = self._strings
-        shared = self._shared
-        dumps = orjson.dumps
-        for k, v in o.items() if type(o) is dict else enumerate(o):
+        # Strings are handled inline: they are most of the values, and a
+        # call per value would be most of the cost.
+        for k, v in d.items():
             t = type(v)
             if t is str:
                 c = strings.get(v)
                 if c is None:
-                    strings[v] = v
-                elif c is not v:
-                    o[k] = c
+                    strings[v] = c = self._older_strings.get(v, v)
             elif t is dict or t is list:
-                if v:
-                    key = dumps(v)
-                    c = shared.get(key)
-                    if c is None:
-                        c = self._unshared(key, v)
+                if top and k == "metadata" and t is dict:
+                    c = self._metadata(v)
                 else:
-                    c = self._empty[t]
-                if c is not v:
-                    o[k] = c
+                    c = self._container(v, t)
+            else:
+                continue
+            if c is not v:
+                d[k] = c
+        if len(d) > 5:
+            # orjson's key cache is small and misses some keys: share them here.
+            setdefault = self._keys.setdefault
+            d = {setdefault(k, k): v for k, v in d.items()}
+        return d
 
-    def _unshared(self, key: bytes, v: Any) -> Any:
+    def _metadata(self, meta: dict[str, Any]) -> dict[str, Any]:
+        strings = self._strings
+        for k, v in meta.items():
+            t = type(v)
+            if t is str:
+                if k in _PER_OBJECT:
+                    continue
+                c = strings.get(v)
+                if c is None:
+                    strings[v] = c = self._older_strings.get(v, v)
+            elif t is dict or t is list:
+                c = self._container(v, t)
+            else:
+                continue
+            if c is not v:
+                meta[k] = c
+        if len(meta) > 5:
+            setdefault = self._keys.setdefault
+            meta = {setdefault(k, k): v for k, v in meta.items()}
+        return meta
+
+    def _list(self, items: list[Any]) -> list[Any]:
+        strings = self._strings
+        for i, v in enumerate(items):
+            t = type(v)
+            if t is str:
+                c = strings.get(v)
+                if c is None:
+                    strings[v] = c = self._older_strings.get(v, v)
+            elif t is dict or t is list:
+                c = self._container(v, t)
+            else:
+                continue
+            if c is not v:
+                items[i] = c
+        return items
+
+    def _container(self, v: Any, t: type) -> Any:
+        """The canonical equal of dict or list ``v`` (``v`` itself when it is the first)."""
+        if not v:
+            return self._empty[t]
+        key = orjson.dumps(v)
+        c = self._shared.get(key)
+        if c is not None:
+            return c
         first = self._once.pop(key, None)
         if first is not None:
             # Seen once before: from now on that one is the canonical copy.
             self._shared[key] = first
             return first
-        self._walk(v)
-        if type(v) is dict and len(v) > 5:
-            v = dict(zip(v.keys(), v.values()))
+        v = self._dict(v) if t is dict else self._list(v)
         self._once[key] = v
         return v

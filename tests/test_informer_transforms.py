@@ -141,3 +141,36 @@ def test_random_documents_survive_compaction_unchanged() -> None:
     encoded = [orjson.dumps(d) for d in docs]
     out = [c(orjson.loads(e)) for e in encoded]
     assert [orjson.dumps(o) for o in out] == encoded
+
+
+def test_keys_of_big_dicts_become_one_string() -> None:
+    # The standard json module makes new key strings on every call, so only
+    # the compactor can make them the same objects (orjson's key cache
+    # shares most keys, but not all).
+    import json
+
+    def doc(i: int) -> KubeObject:
+        spec = {f"field{j}": f"{i}-{j}" for j in range(8)}
+        return json.loads(json.dumps({"metadata": {"name": f"n{i}"}, "spec": spec}))
+
+    c = Compactor()
+    a, b = c(doc(1)), c(doc(2))
+    assert [k for k in a["spec"]] == [k for k in b["spec"]]
+    assert all(ka is kb for ka, kb in zip(a["spec"], b["spec"]))
+
+
+def test_per_object_metadata_strings_are_not_remembered() -> None:
+    c = Compactor()
+    c(pod(1))
+    assert "uid-1" not in c._strings and "train-1" not in c._strings and "101" not in c._strings
+    assert "ml" in c._strings, "the namespace is shared by many objects"
+
+
+def test_a_string_in_use_stays_shared_when_the_string_table_turns_over() -> None:
+    c = Compactor(strings=8)
+    objs = [c(orjson.loads(orjson.dumps({"metadata": {"name": f"n{i}"},
+                                          "data": {"common": "the-image:v1", "own": f"value-{i}"}})))
+            for i in range(100)]
+    assert len(c._strings) <= 9
+    first = objs[0]["data"]["common"]
+    assert all(o["data"]["common"] is first for o in objs)
