@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from informers import gcpause
+from informers import gcpause, heap
 from informers.backoff import Backoff
 from informers.clock import Clock, RealClock, Stopper
 from informers.errors import ApiStatusError, TransportError
@@ -218,6 +218,8 @@ class Reflector:
         # for the cyclic collector to find: see gcpause.
         with gcpause.paused():
             self._list_and_replace()
+        # What the list allocated and freed is kept by malloc: see heap.
+        heap.release_free_memory()
 
     def _list_and_replace(self) -> None:
         rv = self._relist_resource_version()

@@ -25,7 +25,7 @@ import random
 import threading
 from typing import Callable, Mapping
 
-from informers import gcpause
+from informers import gcpause, heap
 from informers.backoff import Backoff, BackoffPolicy
 from informers.clock import Clock, RealClock, Stopper
 from informers.delta_fifo import Delta, DeltaFIFO, DeltaType, FIFOClosedError
@@ -281,6 +281,10 @@ class SharedInformer:
                     # see gcpause.
                     with gcpause.paused():
                         fifo.pop_batch(self._apply)
+                    if fifo.has_synced():
+                        # The initial list is in the cache: give what it
+                        # freed back to the OS (see heap).
+                        heap.release_free_memory()
             except FIFOClosedError:
                 return
 
