@@ -109,26 +109,28 @@ class Compactor:
             self._keys.clear()
         return self._dict(obj, top=True)
 
-    def _dict(self, d: dict[str, Any], top: bool = False) -> dict[str, Any]:
+    def _dict(self, d: dict[str, Any], top: bool = False, metadata: bool = False) -> dict[str, Any]:
         """``d`` with its values made canonical, in place; a dict big
         enough to be oversized is rebuilt (with canonical keys), and so
         returned as a new dict. With ``top``, ``d`` is the object itself:
-        its metadata is walked without looking it up (it is unique) and
-        without remembering the per-object strings."""
+        its metadata (unique) is walked without being looked up, and there
+        the per-object strings are not remembered."""
         strings = self._strings
         # Strings are handled inline: they are most of the values, and a
         # call per value would be most of the cost.
+        c: Any
         for k, v in d.items():
             t = type(v)
             if t is str:
+                if metadata and k in _PER_OBJECT:
+                    continue
                 c = strings.get(v)
                 if c is None:
                     strings[v] = c = self._older_strings.get(v, v)
+            elif t is dict and top and k == "metadata":
+                c = self._dict(v, metadata=True)
             elif t is dict or t is list:
-                if top and k == "metadata" and t is dict:
-                    c = self._metadata(v)
-                else:
-                    c = self._container(v, t)
+                c = self._container(v, t)
             else:
                 continue
             if c is not v:
@@ -138,27 +140,6 @@ class Compactor:
             setdefault = self._keys.setdefault
             d = {setdefault(k, k): v for k, v in d.items()}
         return d
-
-    def _metadata(self, meta: dict[str, Any]) -> dict[str, Any]:
-        strings = self._strings
-        for k, v in meta.items():
-            t = type(v)
-            if t is str:
-                if k in _PER_OBJECT:
-                    continue
-                c = strings.get(v)
-                if c is None:
-                    strings[v] = c = self._older_strings.get(v, v)
-            elif t is dict or t is list:
-                c = self._container(v, t)
-            else:
-                continue
-            if c is not v:
-                meta[k] = c
-        if len(meta) > 5:
-            setdefault = self._keys.setdefault
-            meta = {setdefault(k, k): v for k, v in meta.items()}
-        return meta
 
     def _list(self, items: list[Any]) -> list[Any]:
         strings = self._strings
