@@ -43,16 +43,8 @@ from typing import Any
 from gpuclaimctl.api import Phase, ReclaimPolicy, Strategy
 from gpuclaimctl.inflight import InFlightPlacements, claim_usage, combine, used_capacity
 from gpuclaimctl.nodeaffinity import PodNodeRules
-from gpuclaimctl.placement import (
-    ClaimState,
-    ClassInfo,
-    Cluster,
-    NodeInfo,
-    Placed,
-    PodInfo,
-    Usage,
-    decide,
-)
+from gpuclaimctl.placement import Placed, decide
+from gpuclaimctl.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, Usage
 
 GPU = "nvidia.com/gpu"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl import api
-from gpuclaimctl.placement import parse_time
+from gpuclaimctl.snapshot import parse_time
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 

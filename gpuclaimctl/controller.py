@@ -29,7 +29,7 @@ from gpuclaimctl.inflight import InFlightPlacements
 from gpuclaimctl.kube import ApiError
 from gpuclaimctl.lockedcache import LockedCache
 from gpuclaimctl.options import Options
-from gpuclaimctl.placement import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
+from gpuclaimctl.snapshot import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
 from gpuclaimctl.podsync import sync_pod
 from gpuclaimctl.usage import UsageTracker
 from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound, Writer

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuclaimctl.api import DEFAULT_RESOURCE_NAME, Phase
-from gpuclaimctl.placement import Usage, parse_quantity
+from gpuclaimctl.snapshot import Usage, parse_quantity
 
 # Long enough to cover any watch lag we expect; an entry that outlives its
 # write (the watch skipped the Bound state during a relist, say) only keeps

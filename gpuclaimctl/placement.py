@@ -1,7 +1,7 @@
 """Where a pod's whole set of GPU claims goes (DESIGN.md §4): THE decision.
 
-`decide` takes a plain snapshot — the pod, its claims, the nodes and classes
-(`Cluster`), the GPUs already in use per node (`Usage`) and `now` — and
+`decide` takes a plain snapshot (gpuclaimctl.snapshot) — the pod, its
+claims, the nodes and classes (`Cluster`), the GPUs already in use per node (`Usage`) and `now` — and
 returns `Placed` (one node and what to do with each claim) or `Waiting`
 (a reason from `WaitReason`, a message a person can act on, and each
 claim's own reason).
@@ -29,328 +29,31 @@ Rules, in the order they are applied:
    least; then fewer (binpack) or more (spread) GPUs left free; then name.
 """
 
+
 from __future__ import annotations
 
-import bisect
 import math
-import re
-import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from gpuclaimctl.api import (
-    DEFAULT_RESOURCE_NAME,
-    OnCordon,
-    Phase,
-    ReclaimPolicy,
-    Strategy,
-    WaitReason,
+from gpuclaimctl.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.nodeaffinity import Mismatch, Taint, untolerated_taint
+from gpuclaimctl.snapshot import (
+    NO_USE,
+    ClaimState,
+    ClassInfo,
+    Cluster,
+    NodeInfo,
+    Offer,
+    PodInfo,
+    Rejection,
+    UnresolvedClaim,
+    Usage,
 )
-from gpuclaimctl.nodeaffinity import (
-    BLOCKING_EFFECTS,
-    NODE_STATE_TAINTS,
-    Mismatch,
-    PodNodeRules,
-    Taint,
-    untolerated_taint,
-)
-
-# resource name -> node name -> GPUs in use (bound claims, pods without
-# claims, in-flight placements). A node missing from a map uses none.
-Usage = Mapping[str, Mapping[str, int]]
-
-_NO_USE: Mapping[str, int] = {}
-_NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
-
-
-# --- snapshot ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    ready: bool = True
-    unschedulable: bool = False
-    allocatable: Mapping[str, int] = field(default_factory=dict)
-    # The taints that can keep a pod off: NoSchedule/NoExecute, minus
-    # NODE_STATE_TAINTS, which Ready and cordon checks stand for.
-    blocking_taints: tuple[Taint, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        blocking = tuple(
-            t for t in self.taints if t.effect in BLOCKING_EFFECTS and t.key not in NODE_STATE_TAINTS
-        )
-        object.__setattr__(self, "blocking_taints", blocking)
-
-    @classmethod
-    def from_api(cls, node: Mapping[str, Any]) -> NodeInfo:
-        meta = node.get("metadata") or {}
-        spec = node.get("spec") or {}
-        status = node.get("status") or {}
-        allocatable: dict[str, int] = {}
-        for key, value in (status.get("allocatable") or {}).items():
-            parsed = parse_quantity(value)
-            if parsed is not None:
-                allocatable[key] = parsed
-        taints = tuple(Taint.from_api(t) for t in spec.get("taints") or ())
-        # A node that reports Ready but still carries the not-ready or
-        # unreachable taint (the node lifecycle controller removes it a moment
-        # later) is refused by kube-scheduler: not Ready for placement either.
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
-        ) and not any(t.key in _NOT_READY_TAINTS and t.effect in BLOCKING_EFFECTS for t in taints)
-        return cls(
-            name=meta.get("name", ""),
-            labels=dict(meta.get("labels") or {}),
-            taints=taints,
-            ready=ready,
-            unschedulable=bool(spec.get("unschedulable")),
-            allocatable=allocatable,
-        )
-
-
-@dataclass(frozen=True)
-class ClassInfo:
-    name: str
-    resource_name: str = DEFAULT_RESOURCE_NAME
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    on_cordon: OnCordon = OnCordon.MOVE
-    deleting: bool = False
-
-    @classmethod
-    def from_api(cls, obj: Mapping[str, Any]) -> ClassInfo:
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        try:
-            on_cordon = OnCordon(spec.get("onCordon") or OnCordon.MOVE)
-        except ValueError:
-            on_cordon = OnCordon.MOVE  # the CRD enum refuses others
-        return cls(
-            name=meta.get("name", ""),
-            resource_name=spec.get("resourceName") or DEFAULT_RESOURCE_NAME,
-            node_selector=dict(spec.get("nodeSelector") or {}),
-            on_cordon=on_cordon,
-            deleting=bool(meta.get("deletionTimestamp")),
-        )
-
-    def selects(self, node: NodeInfo) -> bool:
-        labels = node.labels
-        return all(labels.get(k) == v for k, v in self.node_selector.items())
-
-    def offered_by(self, node: NodeInfo) -> bool:
-        return node.allocatable.get(self.resource_name, 0) > 0 and self.selects(node)
-
-
-@dataclass(frozen=True)
-class PodRef:
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A node that refused the set's pod; skipped for the set until `until`."""
-
-    node_name: str
-    until: datetime
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class ClaimState:
-    """A claim of the set as the informer shows it. A claim with an in-flight
-    placement should be passed as Bound on that node: as far as anyone can
-    tell, it is (see inflight.InFlightPlacements)."""
-
-    name: str
-    uid: str
-    class_name: str
-    count: int
-    phase: Phase = Phase.PENDING
-    node_name: str = ""
-    reclaim_policy: ReclaimPolicy = ReclaimPolicy.RELEASE
-    reserved_for: tuple[PodRef, ...] = ()
-    rejected: tuple[Rejection, ...] = ()
-    deleting: bool = False
-
-    @property
-    def bound(self) -> bool:
-        return self.phase is Phase.BOUND and bool(self.node_name)
-
-    @classmethod
-    def from_api(cls, obj: Mapping[str, Any]) -> ClaimState:
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        try:
-            phase = Phase(status.get("phase") or Phase.PENDING)
-        except ValueError:
-            phase = Phase.PENDING
-        try:
-            policy = ReclaimPolicy(spec.get("reclaimPolicy") or ReclaimPolicy.RELEASE)
-        except ValueError:
-            policy = ReclaimPolicy.RELEASE
-        rejected = []
-        for r in status.get("rejectedNodes") or ():
-            until = parse_time(r.get("until"))
-            if r.get("nodeName") and until is not None:
-                rejected.append(Rejection(r["nodeName"], until, r.get("reason") or ""))
-        return cls(
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            class_name=spec.get("className", ""),
-            count=int(spec.get("count") or 0),
-            phase=phase,
-            node_name=status.get("nodeName") or "",
-            reclaim_policy=policy,
-            reserved_for=tuple(
-                PodRef(p.get("name", ""), p.get("uid", "")) for p in status.get("reservedFor") or ()
-            ),
-            rejected=tuple(rejected),
-            deleting=bool(meta.get("deletionTimestamp")),
-        )
-
-
-@dataclass(frozen=True)
-class UnresolvedClaim:
-    """An entry whose claim the caller could not use: reason is ClaimMissing,
-    NameTaken or ClaimInUse, message says which claim and why."""
-
-    name: str
-    reason: WaitReason
-    message: str
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    namespace: str
-    name: str
-    uid: str
-    created: datetime
-    rules: PodNodeRules = PodNodeRules()
-
-    @classmethod
-    def from_api(cls, pod: Mapping[str, Any]) -> PodInfo:
-        meta = pod.get("metadata") or {}
-        created = parse_time(meta.get("creationTimestamp"))
-        if created is None:
-            raise ValueError(f"pod {meta.get('name')!r} has no creationTimestamp")
-        return cls(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            created=created,
-            rules=PodNodeRules.from_pod_spec(pod.get("spec") or {}),
-        )
-
-
-@dataclass(frozen=True)
-class _Offer:
-    """The nodes offering every class of a set of classes."""
-
-    # Every such node, by name and sorted by name.
-    nodes: Mapping[str, NodeInfo]
-    ordered: tuple[NodeInfo, ...]
-    # The Ready, uncordoned ones as (name, allocatable of the first class's
-    # resource, node), sorted by name so that ties break by name.
-    usable: tuple[tuple[str, int, NodeInfo], ...]
-    # The others: not Ready or cordoned.
-    idle: tuple[NodeInfo, ...]
-
-
-class Cluster:
-    """Nodes and classes at one moment. Immutable; derive a new one with
-    `with_node` and friends. Node indexes per class (and per combination of
-    classes a set asks for) are built on first use, O(nodes), and shared by
-    every decision made on this snapshot."""
-
-    __slots__ = ("nodes", "classes", "_offers", "_lock")
-
-    def __init__(self, nodes: Iterable[NodeInfo], classes: Iterable[ClassInfo]) -> None:
-        self.nodes: Mapping[str, NodeInfo] = {n.name: n for n in nodes}
-        self.classes: Mapping[str, ClassInfo] = {c.name: c for c in classes}
-        self._offers: dict[tuple[str, ...], _Offer] = {}
-        self._lock = threading.Lock()
-
-    def offer(self, class_names: tuple[str, ...]) -> _Offer:
-        """The nodes offering all of `class_names` (sorted, existing)."""
-        got = self._offers.get(class_names)
-        if got is not None:
-            return got
-        if len(class_names) == 1:
-            cls = self.classes[class_names[0]]
-            ordered = tuple(n for _, n in sorted((k, n) for k, n in self.nodes.items() if cls.offered_by(n)))
-        else:
-            parts = [self.offer((name,)) for name in class_names]
-            smallest = min(parts, key=lambda o: len(o.nodes))
-            ordered = tuple(n for n in smallest.ordered if all(n.name in p.nodes for p in parts))
-        built = self._index(class_names, ordered)
-        with self._lock:
-            return self._offers.setdefault(class_names, built)
-
-    def _index(self, class_names: tuple[str, ...], ordered: tuple[NodeInfo, ...]) -> _Offer:
-        resource = self.classes[class_names[0]].resource_name
-        usable = tuple(
-            (n.name, n.allocatable.get(resource, 0), n) for n in ordered if n.ready and not n.unschedulable
-        )
-        idle = tuple(n for n in ordered if not n.ready or n.unschedulable)
-        return _Offer({n.name: n for n in ordered}, ordered, usable, idle)
-
-    def warm(self) -> None:
-        """Build every class's index now rather than in the first decision."""
-        for name in self.classes:
-            self.offer((name,))
-
-    def with_node(self, node: NodeInfo) -> Cluster:
-        """This snapshot with `node` added or replaced. The same snapshot if
-        nothing placement reads has changed (a heartbeat, say), so callers
-        can pass every node event through without cost."""
-        if self.nodes.get(node.name) == node:
-            return self
-        return self._patched({**self.nodes, node.name: node}, node.name)
-
-    def without_node(self, name: str) -> Cluster:
-        if name not in self.nodes:
-            return self
-        nodes = dict(self.nodes)
-        del nodes[name]
-        return self._patched(nodes, name)
-
-    def _patched(self, nodes: dict[str, NodeInfo], changed: str) -> Cluster:
-        # Patch the built indexes for one node instead of rebuilding them:
-        # O(nodes) copies without the sort and the class selector checks.
-        out = Cluster((), self.classes.values())
-        out.nodes = nodes
-        new = nodes.get(changed)
-        for key, offer in self._offers.items():
-            ordered = [n for n in offer.ordered if n.name != changed]
-            if new is not None and all(self.classes[c].offered_by(new) for c in key):
-                bisect.insort(ordered, new, key=lambda n: n.name)
-            out._offers[key] = out._index(key, tuple(ordered))
-        return out
-
-    def with_class(self, cls: ClassInfo) -> Cluster:
-        out = Cluster((), {**self.classes, cls.name: cls}.values())
-        self._share_nodes(out, cls.name)
-        return out
-
-    def without_class(self, name: str) -> Cluster:
-        out = Cluster((), (c for c in self.classes.values() if c.name != name))
-        self._share_nodes(out, name)
-        return out
-
-    def _share_nodes(self, out: Cluster, changed: str) -> None:
-        # Same nodes: indexes not involving the changed class stay valid.
-        out.nodes = self.nodes
-        out._offers = {k: v for k, v in self._offers.items() if changed not in k}
-
 
 # --- decision ---------------------------------------------------------------
 
@@ -516,7 +219,7 @@ class _Placer:
         return need
 
     def free(self, node: NodeInfo, resource: str) -> int:
-        return node.allocatable.get(resource, 0) - self.used.get(resource, _NO_USE).get(node.name, 0)
+        return node.allocatable.get(resource, 0) - self.used.get(resource, NO_USE).get(node.name, 0)
 
     def wait(self, reason: WaitReason, message: str) -> Waiting:
         per = ClaimWait(reason, message)
@@ -659,7 +362,7 @@ class _Placer:
         free_after = 0
         for r, n in need.items():
             alloc = node.allocatable.get(r, 0)
-            use = self.used.get(r, _NO_USE).get(node.name, 0) + n
+            use = self.used.get(r, NO_USE).get(node.name, 0) + n
             frac += use / alloc if alloc > 0 else 1.0
             free_after += alloc - use
         if need:
@@ -688,7 +391,7 @@ class _Placer:
             # The common case, kept tight: one resource, whose allocatable
             # the index holds.
             ((resource, n),) = need.items()
-            use = self.used.get(resource, _NO_USE).get
+            use = self.used.get(resource, NO_USE).get
             for name, alloc, node in offer.usable:
                 after = use(name, 0) + n
                 if after > alloc:
@@ -703,7 +406,7 @@ class _Placer:
                     continue
                 best_frac, best_slack, best_name = frac, slack, name
         else:
-            checks = [(r, n, self.used.get(r, _NO_USE).get) for r, n in sorted(need.items())]
+            checks = [(r, n, self.used.get(r, NO_USE).get) for r, n in sorted(need.items())]
             for name, _, node in offer.usable:
                 allocatable = node.allocatable
                 total = 0.0
@@ -733,7 +436,7 @@ class _Placer:
 
     def explain(
         self,
-        offer: _Offer,
+        offer: Offer,
         class_names: tuple[str, ...],
         need: Mapping[str, int],
         moved_from_cordon: Sequence[str],
@@ -755,7 +458,7 @@ class _Placer:
         classes = "GPUClass " + ", ".join(class_names)
         admits = self.pod.rules.admits
         rejected = self.rejected
-        checks = [(r, n, self.used.get(r, _NO_USE).get) for r, n in sorted(need.items())]
+        checks = [(r, n, self.used.get(r, NO_USE).get) for r, n in sorted(need.items())]
 
         # One pass: every node that is Ready and uncordoned either has room
         # (then the pod's rules or a rejection kept it out) or not (then it
@@ -929,7 +632,7 @@ def with_placement(used: Usage, placed: Placed) -> Usage:
     for a in placed.new_gpus():
         m = touched.get(a.resource)
         if m is None:
-            m = touched[a.resource] = dict(used.get(a.resource, _NO_USE))
+            m = touched[a.resource] = dict(used.get(a.resource, NO_USE))
         m[a.node] = m.get(a.node, 0) + a.count
     out.update(touched)
     return out
@@ -952,48 +655,3 @@ def decide_in_order(
             used = with_placement(used, decision)
         out.append((pod, decision))
     return out
-
-
-# --- parsing helpers ----------------------------------------------------------
-
-_QUANTITY = re.compile(r"([+-]?[0-9]*\.?[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
-_SUFFIX = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}
-
-
-def parse_quantity(value: Any) -> int | None:
-    """A resource.Quantity as a whole number (rounded down), or None.
-    Extended resources such as GPUs are always whole."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if not isinstance(value, str):
-        return None
-    if value.isdigit():
-        return int(value)
-    m = _QUANTITY.fullmatch(value.strip())
-    if m is None:
-        return None
-    number, suffix = m.group(1), m.group(2) or ""
-    try:
-        if suffix[:1] in ("e", "E"):
-            amount = Decimal(number) * (Decimal(10) ** int(suffix[1:]))
-        else:
-            amount = Decimal(number) * _SUFFIX[suffix]
-    except (InvalidOperation, KeyError):
-        return None
-    return int(amount)
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it, or None."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None

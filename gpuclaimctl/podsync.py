@@ -32,17 +32,7 @@ from gpuclaimctl.nodeaffinity import (
     pin_to_node,
     untolerated_taint,
 )
-from gpuclaimctl.placement import (
-    Action,
-    ClaimState,
-    PodInfo,
-    Placed,
-    Rejection,
-    UnresolvedClaim,
-    Waiting,
-    decide,
-    parse_time,
-)
+from gpuclaimctl.placement import Action, Placed, Waiting, decide
 from gpuclaimctl.podclaims import (
     ClaimEntry,
     EntrySource,
@@ -51,6 +41,7 @@ from gpuclaimctl.podclaims import (
     pod_claims,
     template_claim,
 )
+from gpuclaimctl.snapshot import ClaimState, PodInfo, Rejection, UnresolvedClaim, parse_time
 from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound
 
 if TYPE_CHECKING:

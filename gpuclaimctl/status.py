@@ -41,7 +41,7 @@ from gpuclaimctl.api import (
 from gpuclaimctl.inflight import claim_usage, used_capacity
 from gpuclaimctl import kube
 from gpuclaimctl.kube import ApiError, request_json
-from gpuclaimctl.placement import ClassInfo, NodeInfo, parse_time
+from gpuclaimctl.snapshot import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.podclaims import PodClaimsError, pod_claims
 
 RawObject = Mapping[str, Any]

@@ -10,23 +10,25 @@ from gpuclaimctl.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
 from gpuclaimctl.nodeaffinity import PodNodeRules, Taint
 from gpuclaimctl.placement import (
     Action,
+    Decision,
+    Placed,
+    Waiting,
+    decide,
+    decide_in_order,
+    oldest_first,
+    with_placement,
+)
+from gpuclaimctl.snapshot import (
     ClaimState,
     ClassInfo,
     Cluster,
-    Decision,
     NodeInfo,
-    Placed,
     PodInfo,
     PodRef,
     Rejection,
     UnresolvedClaim,
     Usage,
-    Waiting,
-    decide,
-    decide_in_order,
-    oldest_first,
     parse_quantity,
-    with_placement,
 )
 
 GPU = "nvidia.com/gpu"
