@@ -24,15 +24,14 @@ the last successful renewal (client-go starts it a retry period later,
 which eats into the margin above), and workers are stopped *before* the
 release (client-go releases first and leaves that ordering to the caller).
 
-This module must not start threads or make requests at import; it is the
-only one here that writes Leases.
+The Lease itself is read and written by ``leaselock.LeaseLock``, the only
+writer of Leases here. Neither module starts threads or makes requests at
+import.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import datetime
 import enum
 import math
 import random
@@ -40,11 +39,11 @@ import re
 import socket
 import threading
 import uuid
-from typing import Any, Callable, Protocol
+from typing import Callable
 
-import orjson
 from kubernetes import client
 
+from gpuclaimctl.leaselock import LeaderElectionRecord, LeaseLock, ResourceLock, micro_time
 from gpuclaimctl.logs import get_logger
 from metrics.leaderelection import LeaderElectionMetrics
 from workqueue.clock import Clock, RealClock
@@ -132,175 +131,6 @@ class LeaderElectionConfig:
 
     def describe(self) -> str:
         return f"{self.namespace}/{self.lease_name}"
-
-
-@dataclasses.dataclass(frozen=True)
-class LeaderElectionRecord:
-    """The election state a Lease's spec holds (client-go's LeaderElectionRecord).
-
-    Times are kept as the API server's strings: they are compared for change
-    only, never read as time.
-    """
-
-    holder_identity: str
-    lease_duration_seconds: int
-    acquire_time: str | None
-    renew_time: str | None
-    leader_transitions: int
-
-
-class LockError(Exception):
-    """The API server answered a lock request with an unexpected status."""
-
-
-class LockConflictError(LockError):
-    """Somebody else wrote the Lease since we read it (HTTP 409)."""
-
-
-class ResourceLock(Protocol):
-    """Storage for the election record, with optimistic concurrency.
-
-    ``update`` writes against the version last returned by ``get``,
-    ``create`` or ``update`` and raises ``LockConflictError`` when the
-    stored version moved on. Any other exception is a failed attempt.
-    """
-
-    def get(self, timeout: float) -> LeaderElectionRecord | None:
-        """The stored record, or None when there is no Lease."""
-        ...
-
-    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
-        ...
-
-    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
-        ...
-
-    def describe(self) -> str:
-        ...
-
-
-class LeaseLock:
-    """A ``ResourceLock`` on one ``coordination.k8s.io/v1`` Lease.
-
-    It sends its requests through its own ``ApiClient`` built from a copy of
-    the given one's configuration, with urllib3's retries turned off: the
-    elector is the retry loop, and a library retrying behind its back could
-    stretch one attempt past the renew deadline. The Lease travels as plain
-    JSON so the MicroTime fields stay exactly as the API server wrote them.
-    """
-
-    _API = "/apis/coordination.k8s.io/v1"
-
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
-        configuration = copy.deepcopy(api_client.configuration)
-        configuration.retries = 0
-        self._client = client.ApiClient(configuration)
-        self._client.user_agent = f"{api_client.user_agent} leader-election"
-        self._namespace = namespace
-        self._name = name
-        self._collection = f"{self._API}/namespaces/{namespace}/leases"
-        # The Lease as last returned by the API server; its resourceVersion
-        # is the one the next update is conditional on. Only the elector's
-        # thread touches it.
-        self._lease: dict[str, Any] | None = None
-
-    def describe(self) -> str:
-        return f"{self._namespace}/{self._name}"
-
-    def close(self) -> None:
-        self._client.close()
-
-    def get(self, timeout: float) -> LeaderElectionRecord | None:
-        status, body = self._request("GET", f"{self._collection}/{self._name}", None, timeout)
-        if status == 404:
-            self._lease = None
-            return None
-        if status != 200:
-            raise LockError(f"reading Lease {self.describe()}: {_status_text(status, body)}")
-        self._lease = body
-        return record_from_lease(body)
-
-    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
-        lease = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self._name, "namespace": self._namespace},
-            "spec": _spec_from_record(record, {}),
-        }
-        status, body = self._request("POST", self._collection, lease, timeout)
-        return self._written("creating", status, body)
-
-    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
-        if self._lease is None:
-            raise LockError(f"Lease {self.describe()} must be read or created before an update")
-        metadata = dict(self._lease.get("metadata") or {})
-        # Left out, the API server keeps the stored managedFields.
-        metadata.pop("managedFields", None)
-        lease = dict(self._lease)
-        lease["metadata"] = metadata
-        lease["spec"] = _spec_from_record(record, self._lease.get("spec") or {})
-        status, body = self._request("PUT", f"{self._collection}/{self._name}", lease, timeout)
-        return self._written("updating", status, body)
-
-    def _written(self, verb: str, status: int, body: dict[str, Any]) -> LeaderElectionRecord:
-        if status == 409:
-            raise LockConflictError(f"{verb} Lease {self.describe()}: {_status_text(status, body)}")
-        if status not in (200, 201):
-            raise LockError(f"{verb} Lease {self.describe()}: {_status_text(status, body)}")
-        self._lease = body
-        return record_from_lease(body)
-
-    def _request(
-        self, method: str, path: str, body: dict[str, Any] | None, timeout: float
-    ) -> tuple[int, dict[str, Any]]:
-        request = self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self._client.call_api(*request, _request_timeout=max(timeout, 0.001))
-        data = response.read()
-        try:
-            decoded = orjson.loads(data) if data else {}
-        except orjson.JSONDecodeError:
-            decoded = {"message": data[:200].decode("utf-8", "replace")}
-        return int(response.status), decoded if isinstance(decoded, dict) else {}
-
-
-def _status_text(status: int, body: dict[str, Any]) -> str:
-    return f"HTTP {status} {body.get('reason') or ''} {body.get('message') or ''}".strip()
-
-
-def record_from_lease(lease: dict[str, Any]) -> LeaderElectionRecord:
-    spec = lease.get("spec") or {}
-    return LeaderElectionRecord(
-        holder_identity=spec.get("holderIdentity") or "",
-        lease_duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
-        acquire_time=spec.get("acquireTime"),
-        renew_time=spec.get("renewTime"),
-        leader_transitions=int(spec.get("leaseTransitions") or 0),
-    )
-
-
-def _spec_from_record(record: LeaderElectionRecord, old: dict[str, Any]) -> dict[str, Any]:
-    spec = dict(old)  # keeps fields we do not manage (strategy, preferredHolder)
-    spec["holderIdentity"] = record.holder_identity
-    spec["leaseDurationSeconds"] = record.lease_duration_seconds
-    spec["leaseTransitions"] = record.leader_transitions
-    for key, value in (("acquireTime", record.acquire_time), ("renewTime", record.renew_time)):
-        if value is None:
-            spec.pop(key, None)
-        else:
-            spec[key] = value
-    return spec
-
-
-def micro_time(epoch_seconds: float) -> str:
-    """RFC 3339 with microseconds in UTC, the wire form of a MicroTime."""
-    ts = datetime.datetime.fromtimestamp(epoch_seconds, tz=datetime.timezone.utc)
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class ElectionOutcome(enum.Enum):

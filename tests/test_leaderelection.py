@@ -29,13 +29,11 @@ from gpuclaimctl.leaderelection import (
     STANDBY_SPREAD,
     ElectionOutcome,
     LeaderElectionConfig,
-    LeaderElectionRecord,
     LeaderElectionUnhealthy,
     LeaderElector,
-    LeaseLock,
-    LockConflictError,
     default_identity,
 )
+from gpuclaimctl.leaselock import LeaderElectionRecord, LeaseLock, LockConflictError
 from metrics.leaderelection import LeaderElectionMetrics
 from tests.helpers import wait_for
 
