@@ -131,14 +131,20 @@ _FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) -> tuple[str, str, int] | None:
-    """(node, resource, count) a Bound claim holds, or None.
+    """(node, resource, count) a claim holds, or None.
 
-    A claim whose class is gone still holds its GPUs; it is counted against
-    DEFAULT_RESOURCE_NAME, the only resource we can guess for it.
+    A Bound claim holds its GPUs on its node. So does a Lost one that a pod
+    still reserves: the node went NotReady, but the pod may still run there
+    and use them when it comes back (until the pod is gone and its
+    reservation dropped, counting them is the only safe guess; a NotReady
+    node takes no placements anyway). A claim whose class is gone still
+    holds its GPUs; it is counted against DEFAULT_RESOURCE_NAME, the only
+    resource we can guess for it.
     """
     status = claim.get("status") or {}
     node = status.get("nodeName")
-    if status.get("phase") != Phase.BOUND or not node:
+    phase = status.get("phase")
+    if not node or not (phase == Phase.BOUND or (phase == Phase.LOST and status.get("reservedFor"))):
         return None
     spec = claim.get("spec") or {}
     count = spec.get("count")

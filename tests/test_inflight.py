@@ -156,6 +156,13 @@ def test_bound_claims_count_on_their_node_in_every_namespace() -> None:
     assert used_capacity(claims, [], CLASSES) == {GPU: {"node-a": 3}, AMD: {"node-b": 4}}
 
 
+def test_a_lost_claim_still_reserved_by_a_pod_holds_its_gpus_on_its_node() -> None:
+    # Its node went NotReady, but the pod may run there still and use them
+    # when the node comes back: counting them is what prevents an overcommit.
+    assert claim_usage(claim("lost", 3, "node-a", phase="Lost", reserved="pod-1"), CLASSES) == ("node-a", GPU, 3)
+    assert claim_usage(claim("lost", 3, "node-a", phase="Lost"), CLASSES) is None
+
+
 def test_a_claim_of_a_vanished_class_still_holds_default_gpus() -> None:
     assert claim_usage(claim("a", 2, "node-a", cls="gone"), CLASSES) == ("node-a", GPU, 2)
 

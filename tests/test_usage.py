@@ -67,6 +67,15 @@ def test_a_bound_claim_holds_its_count_on_its_node_for_its_class_resource(tracke
     assert normalized(tracker.totals) == {GPU: {"node-a": 2}, AMD: {"node-b": 4}}
 
 
+def test_a_lost_claim_counts_while_a_pod_reserves_it_and_stops_when_the_reservation_goes(
+        tracker: UsageTracker) -> None:
+    tracker.set_pod(pod("p1", gpus=0))
+    tracker.set_claim(claim("c1", 3, "node-a", phase="Lost", reserved=("p1",)))
+    assert normalized(tracker.totals) == {GPU: {"node-a": 3}}
+    tracker.set_claim(claim("c1", 3, "node-a", phase="Lost"))
+    assert normalized(tracker.totals) == {}
+
+
 def test_updating_a_claim_replaces_what_it_held(tracker: UsageTracker) -> None:
     tracker.set_claim(claim("c1", 2, "node-a"))
     tracker.set_claim(claim("c1", 2, "node-b"))
