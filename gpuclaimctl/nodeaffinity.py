@@ -105,6 +105,18 @@ def untolerated_taint(tolerations: Iterable[Toleration], taints: Iterable[Taint]
     return None
 
 
+def untolerated_node_state_taint(tolerations: Iterable[Toleration], taints: Iterable[Taint]) -> Taint | None:
+    """The first NoSchedule/NoExecute taint of NODE_STATE_TAINTS (not ready,
+    unreachable, cordoned) no toleration tolerates, or None: the node's own
+    state, not its fit, keeps the pod off for now."""
+    tols = tuple(tolerations)
+    for taint in taints:
+        if taint.effect in BLOCKING_EFFECTS and taint.key in NODE_STATE_TAINTS \
+                and not any(t.tolerates(taint) for t in tols):
+            return taint
+    return None
+
+
 @dataclass(frozen=True)
 class Requirement:
     """One NodeSelectorRequirement; `valid` False makes its term match nothing."""

@@ -25,13 +25,7 @@ from typing import TYPE_CHECKING, Any
 from gpuclaimctl import api
 from gpuclaimctl.indexes import has_gate, node_ready
 from gpuclaimctl.inflight import combine
-from gpuclaimctl.nodeaffinity import (
-    BLOCKING_EFFECTS,
-    Taint,
-    Toleration,
-    pin_to_node,
-    untolerated_taint,
-)
+from gpuclaimctl.nodeaffinity import Taint, Toleration, pin_to_node, untolerated_node_state_taint
 from gpuclaimctl.placement import Action, Placed, Waiting, decide
 from gpuclaimctl.podclaims import (
     ClaimEntry,
@@ -330,12 +324,14 @@ def _check_refused(ctl: Controller, pod: Obj) -> None:
         return
     if not node_ready(node):
         return
-    taints = [Taint.from_api(t) for t in (node.get("spec") or {}).get("taints") or ()
-              if t.get("effect") in BLOCKING_EFFECTS]
+    taints = [Taint.from_api(t) for t in (node.get("spec") or {}).get("taints") or ()]
     tolerations = [Toleration.from_api(t) for t in (pod.get("spec") or {}).get("tolerations") or ()]
-    if untolerated_taint(tolerations, taints) is not None:
+    if untolerated_node_state_taint(tolerations, taints) is not None:
         # The node's state explains the refusal (a not-ready taint that lags
         # behind Ready, say); the scheduler retries the pod when it clears.
+        # Any other taint (added after the release) is a refusal like the
+        # others: the set moves on, and the rejection ends early when the
+        # node's taints change.
         return
     try:
         entries = pod_claims(pod)

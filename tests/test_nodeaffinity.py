@@ -13,6 +13,7 @@ from gpuclaimctl.nodeaffinity import (
     Toleration,
     pin_to_node,
     pinned_node,
+    untolerated_node_state_taint,
     untolerated_taint,
 )
 
@@ -131,6 +132,19 @@ def test_node_state_taints_are_left_to_readiness_and_cordon_checks() -> None:
         Taint("node.kubernetes.io/unreachable", "NoSchedule"),
     ]
     assert untolerated_taint([], taints) is None
+
+
+def test_a_refusal_is_explained_by_the_node_state_only_for_its_own_taints() -> None:
+    # What the refused-pod check asks: is the node's state (not its fit) the
+    # reason? A not-ready taint that lags behind Ready is; a user's taint
+    # added after the release is not, and the set moves on.
+    not_ready = Taint("node.kubernetes.io/not-ready", "NoSchedule")
+    assert untolerated_node_state_taint([], [Taint("maintenance", "NoSchedule"), not_ready]) == not_ready
+    assert untolerated_node_state_taint([], [Taint("maintenance", "NoSchedule")]) is None
+    assert untolerated_node_state_taint([], [Taint("node.kubernetes.io/unreachable", "PreferNoSchedule")]) is None
+    # The default tolerations for NoExecute not-ready/unreachable (300 s) cover those.
+    default = Toleration("node.kubernetes.io/not-ready", "Exists", effect="NoExecute")
+    assert untolerated_node_state_taint([default], [Taint("node.kubernetes.io/not-ready", "NoExecute")]) is None
 
 
 def test_the_first_untolerated_blocking_taint_is_reported() -> None:
