@@ -91,7 +91,8 @@ def _place(ctl: Controller, pod: Obj) -> None:
                 ctl.inflight.add(a.uid, a.node, a.resource, a.count)
 
     if isinstance(decision, Waiting):
-        _waiting(ctl, pod, decision, raw)
+        rejections = [r for s in states if isinstance(s, ClaimState) for r in s.rejected]
+        _waiting(ctl, pod, decision, raw, rejections)
         return
     written: set[str] = set()
     try:
@@ -251,7 +252,8 @@ def _waiting_condition(claim: Obj) -> Obj | None:
     return None
 
 
-def _waiting(ctl: Controller, pod: Obj, decision: Waiting, raw: dict[str, Obj]) -> None:
+def _waiting(ctl: Controller, pod: Obj, decision: Waiting, raw: dict[str, Obj],
+             rejections: Sequence[Rejection]) -> None:
     if ctl.metrics is not None:
         ctl.metrics.placements.labels("waiting", str(decision.reason)).inc()
     now = ctl.now().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -275,16 +277,16 @@ def _waiting(ctl: Controller, pod: Obj, decision: Waiting, raw: dict[str, Obj]) 
         except NotFound:
             pass
     _tell(ctl, pod, decision.reason, decision.message, claims=list(decision.claims))
-    # A rejection that runs out can let the set fit: look again then.
-    soonest = _next_rejection_end(raw.values(), ctl.now())
+    # A rejection that runs out can let the set fit: look again then. Those
+    # kept in memory for template and inline sets count too: their claims
+    # are new, and carry none.
+    soonest = _next_rejection_end(rejections, ctl.now())
     if soonest is not None:
         ctl.queue.add_after(f"pod:{pod['metadata']['namespace']}/{pod['metadata']['name']}", soonest)
 
 
-def _next_rejection_end(claims: Iterable[Obj], now: datetime) -> float | None:
-    ends = [parse_time(r.get("until")) for c in claims
-            for r in (c.get("status") or {}).get("rejectedNodes") or ()]
-    left = [(e - now).total_seconds() for e in ends if e is not None and e > now]
+def _next_rejection_end(rejections: Iterable[Rejection], now: datetime) -> float | None:
+    left = [(r.until - now).total_seconds() for r in rejections if r.until > now]
     return min(left) + 0.5 if left else None
 
 

@@ -331,6 +331,31 @@ def test_a_node_the_scheduler_refuses_is_rejected_and_the_recreated_pod_lands_el
     assert rc.metric("gpuclaimctl_refused_pods_total") == 1
 
 
+def test_a_recreated_pod_waiting_on_a_rejection_is_tried_again_when_it_runs_out(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    # The only node of the class refuses the pod (too little CPU); its
+    # ReplicaSet's next pod waits NodeRejected. Its inline claim is new and
+    # carries no rejectedNodes: the rejection lives in the controller's
+    # memory, and so must the timer that ends it. Resync is out of reach.
+    cramped = node_name(gpu_nodes("only", gpus=2, cpu="1", labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller(reject_for=4.0, resync_period=600.0)
+    template = cluster.pod_manifest("retry", [{"name": "g", "className": cls, "count": 2}], cpu="2")
+    template["metadata"].pop("name")
+    kube.request(cluster.api, "POST", f"/apis/apps/v1/namespaces/{cluster.ns}/replicasets", body={
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "retry"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "retry"}},
+                 "template": template}})
+    wait_for(lambda: rc.metric("gpuclaimctl_refused_pods_total") >= 1, timeout=60,
+             message=f"{cramped} refusing the first pod")
+    wait_for(lambda: any(e.reason == "NodeRejected" for e in cluster.events("NodeRejected")), timeout=30,
+             message="the next pod waiting NodeRejected")
+    # Placed on the node again once the rejection ran out (and refused again).
+    wait_for(lambda: rc.metric("gpuclaimctl_refused_pods_total") >= 2, timeout=30,
+             message=f"the next pod placed on {cramped} again after the 4 s rejection")
+
+
 def test_a_stale_reservation_is_removed_after_its_pod_went_while_the_controller_was_down(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:
