@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpuclaimctl import api
+from gpuclaimctl import api, kube
 from gpuclaimctl.indexes import has_gate, node_ready
 from gpuclaimctl.inflight import combine
 from gpuclaimctl.nodeaffinity import Taint, Toleration, pin_to_node, untolerated_node_state_taint
@@ -158,10 +158,25 @@ def _resolve(ctl: Controller, pod: Obj, entry: ClaimEntry) -> Obj | UnresolvedCl
         # Made by an earlier sync whose result the cache does not show yet,
         # or by someone else: read it to know which.
         raise Conflict(f"claim {ns}/{claim_name} exists but is not in the cache yet")
+    except kube.ApiError as e:
+        if e.status in _REFUSED_BY_USER_INPUT:
+            # A quota, or a template the API server finds invalid: retrying
+            # (with backoff) is right, but only the user can fix it, so say why.
+            source = (f"GPUClaimTemplate {entry.template!r}" if entry.source is EntrySource.TEMPLATE
+                      else f"entry {entry.name!r}")
+            _tell(ctl, pod, api.WaitReason.CLAIM_MISSING,
+                  f"the API server refused to create GPUClaim {claim_name!r} from {source}: "
+                  f"{e.status} {e.reason}: {e.message}", claims=[claim_name])
+        raise
     if ctl.metrics is not None:
         ctl.metrics.template_claims_created.inc()
     log.info("created template claim", extra={"pod": f"{ns}/{pod_name}", "claim": claim_name})
     return created
+
+
+# Answers to a create that only a change by the user can turn around
+# (Forbidden is what an exceeded ResourceQuota answers).
+_REFUSED_BY_USER_INPUT = frozenset({400, 403, 422})
 
 
 def _older_pods_claim(claim: Obj, pod_name: str) -> bool:

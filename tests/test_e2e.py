@@ -186,6 +186,27 @@ def test_template_claim_lives_with_its_pod_and_a_recreated_pod_gets_a_fresh_one(
     assert fresh["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
 
 
+def test_a_template_the_api_server_refuses_to_make_a_claim_from_is_reported_on_the_pod(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    # The CRD checks label values, not keys: the claim made from this
+    # template is refused (422). Retrying cannot help; the user must know.
+    gpu_nodes("n", gpus=8, labels=cluster.label)
+    cls = cluster.gpu_class("a100")
+    kube.request(cluster.api, "POST", f"{CLAIMS}/namespaces/{cluster.ns}/gpuclaimtemplates", body={
+        "apiVersion": api.API_VERSION, "kind": api.TEMPLATE_KIND, "metadata": {"name": "bad-labels"},
+        "spec": {"metadata": {"labels": {"not a key!": "x"}}, "spec": {"className": cls, "count": 1}}})
+    run_controller()
+    cluster.pod("trainer", [{"name": "gpu", "template": "bad-labels"}])
+
+    def refusal_reported() -> bool:
+        return any("refused to create" in (e.message or "") and "bad-labels" in e.message
+                   for e in cluster.events("ClaimMissing"))
+
+    wait_for(refusal_reported, timeout=30, message="a ClaimMissing event saying the claim was refused")
+    assert cluster.read_pod("trainer").spec.scheduling_gates, "the pod stays gated"
+
+
 def test_a_recreated_pod_waits_for_its_predecessors_claim_instead_of_name_taken(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:
