@@ -103,6 +103,7 @@ def plan_claim(
     node_lost_grace: float,
     reject_for: float,
     nodes_changed: Mapping[str, datetime] | None = None,
+    waited_for: bool = True,
 ) -> ClaimPlan:
     """Decide a claim's cleanup.
 
@@ -110,7 +111,8 @@ def plan_claim(
     name. `owner` is the template claim's owner pod (None: gone), or False
     for a claim nobody owns. `node` describes status.nodeName (None when the
     claim names no node). `nodes_changed` maps node names to when their
-    allocatable, taints or readiness last changed.
+    allocatable, taints or readiness last changed. `waited_for` is False
+    when no pod that carries the gate names the claim.
     """
     meta = claim.get("metadata") or {}
     status: dict[str, Any] = copy.deepcopy(dict(claim.get("status") or {}))
@@ -174,6 +176,14 @@ def plan_claim(
         plan._soonest((until - now).total_seconds())
     if len(live) != len(rejected):
         status["rejectedNodes"] = live
+        plan.status_changed = True
+
+    # 7. Waiting is there only while a pod waits for the claim: when its pod
+    #    went (or was ungated by someone else), it goes, as it does when the
+    #    claim is bound.
+    conditions = status.get("conditions") or []
+    if not waited_for and any(c.get("type") == api.CONDITION_WAITING for c in conditions):
+        status["conditions"] = [c for c in conditions if c.get("type") != api.CONDITION_WAITING]
         plan.status_changed = True
     return plan
 

@@ -13,7 +13,7 @@ import copy
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gpuclaimctl import api
+from gpuclaimctl import api, indexes
 from gpuclaimctl.claimplan import (
     NodeFacts,
     PodFacts,
@@ -21,7 +21,7 @@ from gpuclaimctl.claimplan import (
     plan_claim,
     template_owner_uid,
 )
-from gpuclaimctl.indexes import node_ready
+from gpuclaimctl.indexes import has_gate, node_ready
 from gpuclaimctl.writer import NotFound
 
 if TYPE_CHECKING:
@@ -58,9 +58,11 @@ def sync_claim(ctl: Controller, key: str) -> None:
         since = None if ready else ctl.node_unhealthy_since.setdefault(node_name, ctl.now())
         node = NodeFacts(exists=n is not None, ready=ready, unhealthy_since=since)
 
+    waited_for = any(has_gate(p) for p in ctl.pods.by_index(indexes.PODS_BY_CLAIM, key))
     plan = plan_claim(claim, pods, owner, node, ctl.now(),
                       node_lost_grace=ctl.options.node_lost_grace,
-                      reject_for=ctl.options.reject_for, nodes_changed=ctl.node_changed_at)
+                      reject_for=ctl.options.reject_for, nodes_changed=ctl.node_changed_at,
+                      waited_for=waited_for)
 
     current = claim
     if plan.status_changed:

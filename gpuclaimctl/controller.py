@@ -249,6 +249,10 @@ class Controller:
                 self.enqueue_waiting_pods()
         elif new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
             self._enqueue_claims_of_pod(new)
+        elif indexes.has_gate(old) and not indexes.has_gate(new):
+            # Released (by us: its claims are bound) or ungated by someone
+            # else: either way no claim it names waits for it any more.
+            self._enqueue_claims_of_pod(new)
 
     def _pod_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         pod = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
@@ -264,8 +268,9 @@ class Controller:
             self.enqueue_waiting_pods()
 
     def _enqueue_claims_of_pod(self, pod: Obj) -> None:
+        """The claims the pod uses, owns or names (whose Waiting may end)."""
         key = _key(pod)
-        seen: set[str] = set()
+        seen: set[str] = set(indexes.pods_by_claim(pod))
         for index in (indexes.CLAIMS_BY_RESERVED_POD, indexes.CLAIMS_BY_OWNER_POD):
             for c in self.claims.by_index(index, key):
                 seen.add(_key(c))

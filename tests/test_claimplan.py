@@ -366,3 +366,27 @@ def test_requeue_after_is_the_soonest_of_the_grace_and_the_rejections() -> None:
 )
 def test_pod_facts_read_a_raw_pod(raw: Obj, facts: PodFacts) -> None:
     assert PodFacts.from_api(raw) == facts
+
+
+# --- the Waiting condition ----------------------------------------------------------
+
+
+def with_waiting(claim: Obj) -> Obj:
+    claim["status"]["conditions"] = [
+        {"type": "Other", "status": "True"},
+        {"type": api.CONDITION_WAITING, "status": "True", "reason": "Capacity",
+         "message": "no node has room", "lastTransitionTime": ts(ago(60))}]
+    return claim
+
+
+def test_waiting_goes_when_no_gated_pod_names_the_claim_any_more() -> None:
+    p = plan_claim(with_waiting(waiting()), {}, False, None, NOW, node_lost_grace=GRACE,
+                   reject_for=REJECT_FOR, waited_for=False)
+    assert p.status_changed
+    assert p.status["conditions"] == [{"type": "Other", "status": "True"}]
+
+
+def test_waiting_stays_while_a_gated_pod_names_the_claim() -> None:
+    assert not plan(with_waiting(waiting())).status_changed
+    assert not plan_claim(waiting(), {}, False, None, NOW, node_lost_grace=GRACE,
+                          reject_for=REJECT_FOR, waited_for=False).status_changed

@@ -275,6 +275,25 @@ def test_a_pod_waits_for_capacity_until_a_node_is_added(
     assert len(cluster.events("Capacity")) == 1, "one event per reason change, not per retry"
 
 
+def test_a_users_claim_stops_waiting_when_the_pod_that_waited_for_it_is_deleted(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    gpu_nodes("small", gpus=2, labels=cluster.label)
+    cls = cluster.gpu_class("a100")
+    cluster.claim("big", cls, 4)
+    run_controller()
+    cluster.pod("wants-big", [{"name": "g", "claim": "big"}])
+    wait_for(lambda: cluster.waiting_reason("big") == "Capacity", timeout=30,
+             message="claim big Waiting with reason Capacity")
+    cluster.core.delete_namespaced_pod("wants-big", cluster.ns, grace_period_seconds=0)
+
+    def ended() -> bool:
+        conds = ((cluster.get_claim("big") or {}).get("status") or {}).get("conditions") or ()
+        return not any(c["type"] == api.CONDITION_WAITING for c in conds)
+
+    wait_for(ended, timeout=30, message="claim big's Waiting condition gone with its pod")
+
+
 def test_a_pod_waits_with_class_not_found_until_the_class_exists(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:
