@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuclaimctl import api, kube
 from gpuclaimctl.indexes import has_gate, node_ready
-from gpuclaimctl.inflight import combine
+from gpuclaimctl.inflight import InFlightPlacements, combine
 from gpuclaimctl.nodeaffinity import Taint, Toleration, pin_to_node, untolerated_node_state_taint
 from gpuclaimctl.placement import Action, Placed, Waiting, decide
 from gpuclaimctl.podclaims import (
@@ -95,18 +95,17 @@ def _place(ctl: Controller, pod: Obj) -> None:
         _waiting(ctl, pod, decision, raw, rejections)
         return
     written: set[str] = set()
+    writing = ""
     try:
         for action in decision.claims:
+            writing = action.uid
             _bind(ctl, pod, raw[action.claim], action.node, action.action)
             written.add(action.uid)
+        writing = ""
         _release(ctl, pod, decision.node)
-    except Exception:
-        # A claim whose bind was written holds its GPUs: its entry stays
-        # until the informer shows it Bound. Only unwritten ones are freed.
+    except Exception as e:
         with ctl.placement_lock:
-            for a in decision.new_gpus():
-                if a.uid not in written:
-                    ctl.inflight.forget(a.uid)
+            free_unwritten(ctl.inflight, decision, written, writing, e)
         raise
     created = parse_time(meta.get("creationTimestamp"))
     if ctl.metrics is not None:
@@ -118,6 +117,27 @@ def _place(ctl: Controller, pod: Obj) -> None:
                                             "node": decision.node})
     ctl.writer.event(_pod_ref(pod), "Normal", "Placed",
                      f"GPU claims placed on node {decision.node}: {decision.message}")
+
+
+def free_unwritten(inflight: InFlightPlacements, decision: Placed, written: set[str],
+                   writing: str, error: Exception) -> None:
+    """After a failed placement, free the in-flight GPUs of the claims whose
+    bind surely did not happen. A written bind holds its GPUs: its entry
+    stays until the informer shows it Bound. So does the bind that failed
+    when the failure may hide a write that landed (a timeout, a dropped
+    connection, a 5xx): counting GPUs that turn out free for a while (the
+    entry's TTL at most) is safe, not counting GPUs in use is an overcommit."""
+    for a in decision.new_gpus():
+        if a.uid in written or (a.uid == writing and not surely_not_written(error)):
+            continue
+        inflight.forget(a.uid)
+
+
+def surely_not_written(error: Exception) -> bool:
+    """The API server answered and refused (a 4xx): nothing was written."""
+    if isinstance(error, (Conflict, NotFound, AlreadyExists)):
+        return True
+    return isinstance(error, kube.ApiError) and 400 <= error.status < 500
 
 
 def _resolve(ctl: Controller, pod: Obj, entry: ClaimEntry) -> Obj | UnresolvedClaim:
