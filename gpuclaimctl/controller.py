@@ -3,7 +3,10 @@
 Built the way kube-controller-manager's controllers are: shared informers
 fill indexed caches; event handlers only turn events into `pod:` and
 `claim:` keys (and keep the usage map and the cluster snapshot current);
-workers run `sync_pod` (podsync.py) and `sync_claim` (claimsync.py).
+workers run `sync_pod` (podsync.py) and `sync_claim` (claimsync.py). A third
+kind, `class:`, keeps each GPUClass's status figures (classsync.py); it is
+added at most once a second per class, so placements do not become status
+writes one for one.
 
 The one rule that matters most, never overcommit a node, rests on
 `placement_lock`: a decision reads usage (bound claims, pods without claims,
@@ -25,12 +28,13 @@ from kubernetes import client
 
 from gpuclaimctl import api, indexes
 from gpuclaimctl.claimsync import sync_claim
+from gpuclaimctl.classsync import sync_class
 from gpuclaimctl.inflight import InFlightPlacements
 from gpuclaimctl.kube import ApiError
 from gpuclaimctl.lockedcache import LockedCache
 from gpuclaimctl.options import Options
-from gpuclaimctl.snapshot import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
 from gpuclaimctl.podsync import sync_pod
+from gpuclaimctl.snapshot import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
 from gpuclaimctl.usage import UsageTracker
 from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound, Writer
 from informers import (
@@ -51,6 +55,10 @@ log = logging.getLogger("gpuclaimctl.controller")
 Obj = dict[str, Any]
 POD_PREFIX = "pod:"
 CLAIM_PREFIX = "claim:"
+CLASS_PREFIX = "class:"
+# A class's status follows claims and nodes; writing it at most this often
+# keeps a burst of placements from becoming a burst of status writes.
+CLASS_STATUS_DELAY = 1.0
 # Deleted pod uids remembered so a stale reservation needs no API call;
 # bounded so a long-running controller's memory stays flat.
 DELETED_PODS_REMEMBERED = 50_000
@@ -135,7 +143,7 @@ class Controller:
                 add=self._node_added, update=self._node_updated, delete=self._node_deleted),
                 name="gpuclaimctl-nodes"),
             self.class_informer.add_event_handler(EventHandlerFuncs(
-                add=self._class_changed, update=lambda _o, n: self._class_changed(n),
+                add=self._class_added, update=self._class_updated,
                 delete=self._class_changed), name="gpuclaimctl-classes"),
             self.template_informer.add_event_handler(EventHandlerFuncs(
                 add=self._template_changed, update=lambda _o, n: self._template_changed(n)),
@@ -179,7 +187,7 @@ class Controller:
             return False
         key = got[0]
         assert key is not None
-        kind = "pod" if key.startswith(POD_PREFIX) else "claim"
+        kind = key.split(":", 1)[0]
         started = time.monotonic()
         result = "ok"
         try:
@@ -202,6 +210,8 @@ class Controller:
             sync_pod(self, key[len(POD_PREFIX):])
         elif key.startswith(CLAIM_PREFIX):
             sync_claim(self, key[len(CLAIM_PREFIX):])
+        elif key.startswith(CLASS_PREFIX):
+            sync_class(self, key[len(CLASS_PREFIX):])
         else:
             log.error("dropping unknown key %r", key)
 
@@ -212,6 +222,14 @@ class Controller:
 
     def enqueue_claim(self, key: str) -> None:
         self.queue.add(CLAIM_PREFIX + key)
+
+    def enqueue_class(self, name: str) -> None:
+        if name:
+            self.queue.add_after(CLASS_PREFIX + name, CLASS_STATUS_DELAY)
+
+    def enqueue_classes(self) -> None:
+        for c in self.classes.list():
+            self.enqueue_class(c["metadata"]["name"])
 
     def enqueue_waiting_pods(self, namespace: str | None = None) -> None:
         """Every gated pod, oldest first, so where pods compete the oldest wins."""
@@ -283,6 +301,8 @@ class Controller:
         self._claim_seen(claim)
         self.enqueue_claim(_key(claim))
         self._enqueue_pods_of_claim(claim)
+        if _holds_gpus(claim):
+            self.enqueue_class(_class_of(claim))
 
     def _claim_updated(self, old: Obj, new: Obj) -> None:
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
@@ -293,6 +313,8 @@ class Controller:
         self._enqueue_pods_of_claim(new)
         if _holds_gpus(old) and not _holds_gpus(new):
             self.enqueue_waiting_pods()
+        if _holds_gpus(old) != _holds_gpus(new):
+            self.enqueue_class(_class_of(new))
 
     def _claim_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         claim = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
@@ -305,6 +327,7 @@ class Controller:
         self._enqueue_pods_of_claim(claim)
         if _holds_gpus(claim):
             self.enqueue_waiting_pods()
+            self.enqueue_class(_class_of(claim))
 
     def _claim_seen(self, claim: Obj) -> None:
         # Usage first, then in-flight: the claim's GPUs are never uncounted.
@@ -334,6 +357,7 @@ class Controller:
             self._dirty_nodes.add(name)
         for c in self.claims.by_index(indexes.CLAIMS_BY_NODE, name):
             self.enqueue_claim(_key(c))
+        self.enqueue_classes()
 
     def _node_changed(self, old: Obj | None, new: Obj) -> None:
         name = new["metadata"]["name"]
@@ -356,6 +380,17 @@ class Controller:
         for c in self.claims.by_index(indexes.CLAIMS_BY_NODE, name):
             self.enqueue_claim(_key(c))
         self.enqueue_waiting_pods()
+        self.enqueue_classes()
+
+    def _class_added(self, cls: Obj) -> None:
+        self._class_changed(cls)
+        self.enqueue_class(cls["metadata"]["name"])
+
+    def _class_updated(self, old: Obj, new: Obj) -> None:
+        self.enqueue_class(new["metadata"]["name"])
+        if _class_fields(old) == _class_fields(new):
+            return  # its status (ours) or a resync: nothing placement reads
+        self._class_changed(new)
 
     def _class_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         with self.placement_lock:
@@ -407,6 +442,15 @@ class Controller:
 
 
 # -- small helpers ----------------------------------------------------------------------------
+
+
+def _class_of(claim: Obj) -> str:
+    return str((claim.get("spec") or {}).get("className") or "")
+
+
+def _class_fields(cls: Obj) -> tuple[Any, ...]:
+    """What placement reads of a class (ClassInfo.from_api)."""
+    return (cls.get("spec"), cls["metadata"].get("deletionTimestamp"))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

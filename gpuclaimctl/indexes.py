@@ -16,6 +16,7 @@ CLAIMS_BY_OWNER_POD = "claims-by-owner-pod"      # "ns/pod" of the controller ow
 CLAIMS_BY_RESERVED_POD = "claims-by-reserved-pod"  # "ns/pod" of each reservedFor entry
 CLAIMS_BY_REJECTED_NODE = "claims-by-rejected-node"
 CLAIMS_BY_NODE = "claims-by-node"
+CLAIMS_BY_CLASS = "claims-by-class"
 # pods
 PODS_BY_CLAIM = "pods-by-claim"                  # "ns/claim" for each claim a pod names
 PODS_BY_NODE = "pods-by-node"
@@ -61,6 +62,11 @@ def claims_by_rejected_node(claim: Obj) -> list[str]:
 def claims_by_node(claim: Obj) -> list[str]:
     node = _str(_field(claim, "status").get("nodeName"))
     return [node] if node else []
+
+
+def claims_by_class(claim: Obj) -> list[str]:
+    name = _str(_field(claim, "spec").get("className"))
+    return [name] if name else []
 
 
 def pods_by_claim(pod: Obj) -> list[str]:
@@ -110,6 +116,7 @@ CLAIM_INDEXERS = {
     CLAIMS_BY_RESERVED_POD: claims_by_reserved_pod,
     CLAIMS_BY_REJECTED_NODE: claims_by_rejected_node,
     CLAIMS_BY_NODE: claims_by_node,
+    CLAIMS_BY_CLASS: claims_by_class,
 }
 POD_INDEXERS = {
     PODS_BY_CLAIM: pods_by_claim,

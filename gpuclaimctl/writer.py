@@ -89,6 +89,12 @@ class Writer:
         return self._write(f"claim {m['namespace']}/{m['name']} status", "PUT",
                            self._claim_path(m["namespace"], m["name"], "status"), claim)
 
+    def update_class_status(self, cls: Obj) -> Obj:
+        """Replace a GPUClass's status; cls carries its resourceVersion."""
+        name = cls["metadata"]["name"]
+        return self._write(f"class {name} status", "PUT",
+                           f"/apis/{api.GROUP}/{api.VERSION}/{api.CLASS_PLURAL}/{name}/status", cls)
+
     def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         try:
             self._write(f"claim {namespace}/{name}", "DELETE", self._claim_path(namespace, name),

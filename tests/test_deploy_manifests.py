@@ -528,6 +528,8 @@ SERVICE_ACCOUNT_ACCESS = [
                  id="watch-classes"),
     pytest.param(("update", "gpuclaimctl.io", "gpuclasses", "", "", "a100"), False,
                  id="no-class-writes"),
+    pytest.param(("update", "gpuclaimctl.io", "gpuclasses", "status", "", "a100"), True,
+                 id="write-class-status"),
     pytest.param(("create", "gpuclaimctl.io", "gpuclaims", "", "team-a", ""), True,
                  id="create-template-claim"),
     pytest.param(("update", "gpuclaimctl.io", "gpuclaims", "status", "team-a", "c"), True,

@@ -152,6 +152,25 @@ def test_two_inline_claims_are_placed_together_on_the_one_node_with_room_for_bot
     assert rc.metric("workqueue_adds_total", name="gpuclaimctl") >= 1
 
 
+def test_a_class_status_shows_its_nodes_gpus_and_what_is_bound(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    gpu_nodes("eight", gpus=8, labels=cluster.label)
+    gpu_nodes("four", gpus=4, labels=cluster.label)
+    cls = cluster.gpu_class("a100")
+    run_controller()
+
+    def status() -> dict[str, Any]:
+        got = kube.request_json(cluster.api, "GET", f"{CLAIMS}/gpuclasses/{cls}")
+        return {k: v for k, v in (got.get("status") or {}).items() if k in ("nodes", "allocatable", "bound")}
+
+    wait_for(lambda: status() == {"nodes": 2, "allocatable": 12, "bound": 0}, timeout=30,
+             message=f"GPUClass {cls} status: 2 nodes, 12 GPUs, none bound")
+    cluster.pod("trainer", [{"name": "g", "className": cls, "count": 3}])
+    wait_for(lambda: status() == {"nodes": 2, "allocatable": 12, "bound": 3}, timeout=30,
+             message=f"GPUClass {cls} status: 3 GPUs bound after a placement")
+
+
 def test_template_claim_lives_with_its_pod_and_a_recreated_pod_gets_a_fresh_one(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:

@@ -1,0 +1,55 @@
+"""class: keys — a GPUClass's status, for `kubectl get gpuclasses -o wide`.
+
+`status.nodes` and `status.allocatable` count the Ready nodes that offer the
+class (its selector matches and they have its resource) and their GPUs;
+`status.bound` the GPUs its Bound claims hold. All from the caches; the
+status is written only when a figure changed. Nothing reads it back: it is
+for people (placement reads nodes and claims themselves).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpuclaimctl import api, indexes
+from gpuclaimctl.snapshot import ClassInfo, NodeInfo
+
+if TYPE_CHECKING:
+    from gpuclaimctl.controller import Controller
+
+log = logging.getLogger("gpuclaimctl.classsync")
+Obj = dict[str, Any]
+
+
+def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
+                  claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """{nodes, allocatable, bound} for `cls`; `claims` are the class's claims."""
+    offering = [n for n in nodes if n.ready and cls.offered_by(n)]
+    bound = 0
+    for c in claims:
+        count = (c.get("spec") or {}).get("count")
+        if (c.get("status") or {}).get("phase") == api.Phase.BOUND and isinstance(count, int):
+            bound += count
+    return {"nodes": len(offering),
+            "allocatable": sum(n.allocatable.get(cls.resource_name, 0) for n in offering),
+            "bound": bound}
+
+
+def sync_class(ctl: Controller, name: str) -> None:
+    obj = ctl.classes.get(name)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return
+    cls = ClassInfo.from_api(obj)
+    with ctl.placement_lock:
+        nodes = list(ctl.cluster().nodes.values())
+    figures = class_figures(cls, nodes, ctl.claims.by_index(indexes.CLAIMS_BY_CLASS, name))
+    status = obj.get("status") or {}
+    if all(status.get(k) == v for k, v in figures.items()):
+        return
+    updated = copy.deepcopy(obj)
+    updated["status"] = {**status, **figures}
+    ctl.writer.update_class_status(updated)
+    log.debug("class status written", extra={"class": name, **figures})

@@ -1,0 +1,33 @@
+"""A GPUClass's status figures (classsync.class_figures); written on the real plane in test_e2e."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuclaimctl.classsync import class_figures
+from gpuclaimctl.snapshot import ClassInfo, NodeInfo
+
+GPU = "nvidia.com/gpu"
+
+
+def claim(count: Any, phase: str | None = "Bound") -> dict[str, Any]:
+    status = {"phase": phase} if phase else {}
+    return {"spec": {"className": "a100", "count": count}, "status": status}
+
+
+def test_ready_nodes_offering_the_class_and_bound_claims_are_counted() -> None:
+    cls = ClassInfo("a100", GPU, node_selector={"gpu": "a100"})
+    nodes = [
+        NodeInfo("a", labels={"gpu": "a100"}, allocatable={GPU: 8}),
+        NodeInfo("b", labels={"gpu": "a100"}, allocatable={GPU: 4}, unschedulable=True),
+        NodeInfo("down", labels={"gpu": "a100"}, allocatable={GPU: 8}, ready=False),
+        NodeInfo("other", labels={"gpu": "h100"}, allocatable={GPU: 8}),
+        NodeInfo("none", labels={"gpu": "a100"}, allocatable={GPU: 0}),
+    ]
+    claims = [claim(2), claim(1), claim(4, "Pending"), claim(3, "Lost"), claim("x")]
+    # A cordoned node still offers the class (its GPUs may be bound there).
+    assert class_figures(cls, nodes, claims) == {"nodes": 2, "allocatable": 12, "bound": 3}
+
+
+def test_a_class_nobody_offers_has_zero_figures() -> None:
+    assert class_figures(ClassInfo("h100", GPU), [], []) == {"nodes": 0, "allocatable": 0, "bound": 0}
