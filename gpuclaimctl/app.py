@@ -125,14 +125,14 @@ def _serve(options: Options, api_client: client.ApiClient) -> int:
     factory.start()
     try:
         if elector is None:
-            if not _wait_synced(controller, stop):
+            if not _wait_synced(controller, stop) or not _catch_up(controller, stop):
                 return 0 if stop.is_set() else 1
             controller.run(options.workers, stop)
             return 0
 
         def lead(leading_stop: threading.Event) -> None:
             log.info("became leader; starting %d workers", options.workers)
-            if not _wait_synced(controller, leading_stop):
+            if not _wait_synced(controller, leading_stop) or not _catch_up(controller, leading_stop):
                 return
             controller.run(options.workers, leading_stop)
 
@@ -148,6 +148,18 @@ def _serve(options: Options, api_client: client.ApiClient) -> int:
     finally:
         endpoints.stop()
         factory.shutdown()
+
+
+def _catch_up(controller: Controller, stop: threading.Event) -> bool:
+    """Controller.catch_up, retried each second until it works or `stop` is set."""
+    while not stop.is_set():
+        try:
+            controller.catch_up()
+            return True
+        except Exception as e:  # the API server is away: nothing is decided meanwhile
+            log.warning("listing claims before the first decision failed, will retry: %s", e)
+            stop.wait(1.0)
+    return False
 
 
 def _wait_synced(controller: Controller, stop: threading.Event) -> bool:

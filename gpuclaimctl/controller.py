@@ -29,7 +29,7 @@ from kubernetes import client
 from gpuclaimctl import api, indexes
 from gpuclaimctl.claimsync import sync_claim
 from gpuclaimctl.classsync import sync_class
-from gpuclaimctl.inflight import InFlightPlacements
+from gpuclaimctl.inflight import InFlightPlacements, claim_usage
 from gpuclaimctl.kube import ApiError
 from gpuclaimctl.lockedcache import LockedCache
 from gpuclaimctl.options import Options
@@ -399,6 +399,40 @@ class Controller:
 
     def _template_changed(self, template: Obj) -> None:
         self.enqueue_waiting_pods(template["metadata"].get("namespace"))
+
+    # -- taking over -------------------------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Count as in flight every claim the API server has Bound that the
+        cache does not show Bound there yet; return how many.
+
+        A new leader starts with an empty in-flight table, and its caches may
+        not yet show the last binds of the leader it replaces (the watch can
+        lag behind the writes). Placing on those GPUs would overcommit. So,
+        once synced and before the first decision, one consistent list of
+        claims is compared with the cache; the entries end, as any other,
+        when the informer shows the claim Bound there (or at the TTL).
+        """
+        listed = self.writer.list_claims()
+        added = 0
+        with self.placement_lock:
+            self.cluster()  # brings the usage map's class -> resource up to date
+            resource_of_class = self.usage.resource_of_class()
+            for claim in listed:
+                held = claim_usage(claim, resource_of_class)
+                if held is None or (claim.get("status") or {}).get("phase") != api.Phase.BOUND:
+                    continue
+                meta = claim["metadata"]
+                cached = self.claims.get(meta.get("namespace", ""), meta.get("name", ""))
+                if cached is not None and claim_usage(cached, resource_of_class) == held:
+                    continue
+                node, resource, count = held
+                self.inflight.add(meta.get("uid", ""), node, resource, count)
+                added += 1
+        if added:
+            log.info("took over with %d bound claims the cache did not show yet; counted as in flight",
+                     added)
+        return added
 
     # -- the snapshot a decision reads (call with placement_lock held) ----------------------
 
