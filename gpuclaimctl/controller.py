@@ -35,6 +35,7 @@ from gpuclaimctl.lockedcache import LockedCache
 from gpuclaimctl.options import Options
 from gpuclaimctl.podsync import sync_pod
 from gpuclaimctl.snapshot import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
+from gpuclaimctl.turnstile import AgeTurnstile
 from gpuclaimctl.usage import UsageTracker
 from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound, Writer
 from informers import (
@@ -106,6 +107,7 @@ class Controller:
         # in-flight table change together or not at all.
         self.placement_lock = self.inflight.lock
         self.usage = UsageTracker()
+        self.turnstile = AgeTurnstile()
         self._cluster: Cluster | None = None
         self._dirty_nodes: set[str] = set()
         self._classes_dirty = True

@@ -68,27 +68,31 @@ def _place(ctl: Controller, pod: Obj) -> None:
               f"annotation is invalid: {e}", claims=())
         return
 
-    states: list[ClaimState | UnresolvedClaim] = []
-    raw: dict[str, Obj] = {}
-    for entry in entries:
-        resolved = _resolve(ctl, pod, entry)
-        if isinstance(resolved, UnresolvedClaim):
-            states.append(resolved)
-        else:
-            raw[resolved["metadata"]["name"]] = resolved
-            states.append(ClaimState.from_api(resolved))
-
     info = PodInfo.from_api(pod)
-    set_key = _set_key(pod, entries)
-    now = ctl.now()
-    with ctl.placement_lock:
-        states = [_with_inflight(ctl, s) for s in states]
-        states = _with_set_rejections(ctl, set_key, states, now)
-        used = combine(ctl.usage.totals, ctl.inflight.usage())
-        decision = decide(info, states, ctl.cluster(), used, now, ctl.options.strategy)
-        if isinstance(decision, Placed):
-            for a in decision.new_gpus():
-                ctl.inflight.add(a.uid, a.node, a.resource, a.count)
+    key, age = f"{info.namespace}/{info.name}", (info.created, info.namespace, info.name)
+    # Oldest first where pods compete: see turnstile.
+    with ctl.turnstile.entered(key, age):
+        states: list[ClaimState | UnresolvedClaim] = []
+        raw: dict[str, Obj] = {}
+        for entry in entries:
+            resolved = _resolve(ctl, pod, entry)
+            if isinstance(resolved, UnresolvedClaim):
+                states.append(resolved)
+            else:
+                raw[resolved["metadata"]["name"]] = resolved
+                states.append(ClaimState.from_api(resolved))
+
+        set_key = _set_key(pod, entries)
+        ctl.turnstile.wait_turn(key, age)
+        now = ctl.now()
+        with ctl.placement_lock:
+            states = [_with_inflight(ctl, s) for s in states]
+            states = _with_set_rejections(ctl, set_key, states, now)
+            used = combine(ctl.usage.totals, ctl.inflight.usage())
+            decision = decide(info, states, ctl.cluster(), used, now, ctl.options.strategy)
+            if isinstance(decision, Placed):
+                for a in decision.new_gpus():
+                    ctl.inflight.add(a.uid, a.node, a.resource, a.count)
 
     if isinstance(decision, Waiting):
         rejections = [r for s in states if isinstance(s, ClaimState) for r in s.rejected]

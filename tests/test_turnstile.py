@@ -1,0 +1,79 @@
+"""AgeTurnstile: decisions in age order among pods being worked on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+from gpuclaimctl.turnstile import Age, AgeTurnstile
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+def age(seconds: int, name: str = "p") -> Age:
+    return (T0 + timedelta(seconds=seconds), "ns", name)
+
+
+def test_a_younger_pod_decides_after_an_older_one_inside_leaves() -> None:
+    gate = AgeTurnstile(max_wait=10)
+    order: list[str] = []
+    older_inside = threading.Event()
+    release_older = threading.Event()
+
+    def older() -> None:
+        with gate.entered("old", age(1)):
+            older_inside.set()
+            release_older.wait(5)  # still creating its template claims
+            assert gate.wait_turn("old", age(1))
+            order.append("old")
+
+    def younger() -> None:
+        with gate.entered("young", age(2)):
+            assert gate.wait_turn("young", age(2))
+            order.append("young")
+
+    t1 = threading.Thread(target=older)
+    t1.start()
+    assert older_inside.wait(5)
+    t2 = threading.Thread(target=younger)
+    t2.start()
+    time.sleep(0.1)
+    assert order == [], "the younger pod waits for the older one"
+    release_older.set()
+    t1.join(5)
+    t2.join(5)
+    assert order == ["old", "young"]
+    assert len(gate) == 0
+
+
+def test_an_older_pod_never_waits_for_a_younger_one() -> None:
+    gate = AgeTurnstile(max_wait=10)
+    with gate.entered("young", age(5)), gate.entered("old", age(1)):
+        started = time.monotonic()
+        assert gate.wait_turn("old", age(1))
+        assert time.monotonic() - started < 0.5
+
+
+def test_equal_times_are_ordered_by_namespace_and_name() -> None:
+    gate = AgeTurnstile(max_wait=0.05)
+    with gate.entered("a", age(1, "a")), gate.entered("b", age(1, "b")):
+        assert gate.wait_turn("a", age(1, "a"))
+        assert not gate.wait_turn("b", age(1, "b")), "b waits for a"
+
+
+def test_the_wait_is_bounded_when_an_older_pod_is_stuck() -> None:
+    gate = AgeTurnstile(max_wait=0.2)
+    with gate.entered("stuck", age(1)), gate.entered("young", age(2)):
+        started = time.monotonic()
+        assert not gate.wait_turn("young", age(2))
+        assert 0.15 < time.monotonic() - started < 2
+
+
+def test_leaving_early_lets_the_others_through_and_the_block_end_is_harmless() -> None:
+    gate = AgeTurnstile(max_wait=5)
+    with gate.entered("old", age(1)):
+        gate.leave("old")
+        with gate.entered("young", age(2)):
+            assert gate.wait_turn("young", age(2))
+    assert len(gate) == 0
