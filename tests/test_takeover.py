@@ -54,4 +54,5 @@ def test_bound_claims_the_cache_does_not_show_count_as_in_flight_until_it_does(
         controller.catch_up()
         assert controller.inflight.get(uid) is None
     finally:
+        controller.shutdown(1.0)  # its queue's delay thread (class keys were added)
         factory.shutdown()
