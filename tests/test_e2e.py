@@ -89,6 +89,20 @@ class Cluster:
         p = self.read_pod(name)
         return p is not None and p.spec.node_name == node and p.status.phase == "Running"
 
+    def describe_pod(self, name: str) -> str:
+        """A pod's state and events in one line, for a failed wait."""
+        p = self.read_pod(name)
+        if p is None:
+            return f"pod {name} not found"
+        gates = [g.name for g in p.spec.scheduling_gates or ()]
+        conds = [(c.type, c.status, c.reason) for c in p.status.conditions or ()]
+        events = [(e.reason, e.message) for e in self.core.list_namespaced_event(self.ns).items
+                  if e.involved_object.name == name]
+        claims = {n: (self.get_claim(n) or {}).get("status") for n in
+                  [f"{name}-{x}" for x in ("g", "gpu", "gpus")] if self.get_claim(n)}
+        return (f"gates={gates} node={p.spec.node_name!r} phase={p.status.phase} conditions={conds} "
+                f"events={events} claims={claims}")
+
     def events(self, reason: str) -> list[Any]:
         return [e for e in self.core.list_namespaced_event(self.ns).items if e.reason == reason]
 
@@ -199,7 +213,8 @@ def test_template_claim_lives_with_its_pod_and_a_recreated_pod_gets_a_fresh_one(
     cluster.core.delete_namespaced_pod("web-0", cluster.ns, grace_period_seconds=0)
     wait_for(lambda: cluster.read_pod("web-0") is None, timeout=30, message="web-0 deleted")
     second = cluster.pod("web-0", entries)
-    wait_for(lambda: cluster.running_on("web-0", node), timeout=60, message="new web-0 Running")
+    wait_for(lambda: cluster.running_on("web-0", node), timeout=60,
+             message=lambda: f"new web-0 Running; last seen: {cluster.describe_pod('web-0')}")
     fresh = cluster.get_claim("web-0-gpus")
     assert fresh is not None and fresh["metadata"]["uid"] != old_uid
     assert fresh["metadata"]["ownerReferences"][0]["uid"] == second["metadata"]["uid"]
@@ -456,7 +471,8 @@ def test_a_claim_whose_node_vanished_is_lost_and_placed_again_for_its_next_pod(
     cluster.core.delete_node(doomed)
     wait_for(lambda: (cluster.get_claim("keep") or {}).get("status", {}).get("phase") == "Lost",
              timeout=30, message="the claim Lost once its node is gone past the grace period")
-    assert cluster.events("Lost")
+    # The event is written just after the status: wait for it too.
+    wait_for(lambda: cluster.events("Lost"), timeout=10, message="a Lost event on the claim")
     assert rc.metric("gpuclaimctl_claims_lost_total") >= 1
 
     spare = node_name(gpu_nodes("spare", gpus=4, labels=cluster.label))
