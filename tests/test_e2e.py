@@ -154,8 +154,11 @@ def test_two_inline_claims_are_placed_together_on_the_one_node_with_room_for_bot
         assert claim["status"]["reservedFor"][0]["name"] == "train"
         assert claim["metadata"]["ownerReferences"][0]["name"] == "train"
         assert api.CLAIM_FINALIZER in claim["metadata"]["finalizers"]
-    placed = cluster.events("Placed")
+    # Events and the cache-fed metrics may trail what the API server shows by a moment.
+    placed = wait_for(lambda: cluster.events("Placed"), timeout=10, message="a Placed event")
     assert len(placed) == 1 and big in placed[0].message and small not in placed[0].message
+    wait_for(lambda: rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) == 4, timeout=10,
+             message=lambda: f"gpuclaimctl_gpus_bound 4, is {rc.metric('gpuclaimctl_gpus_bound', **{'class': cls})}")
     assert rc.metric("gpuclaimctl_placements_total", result="placed", reason="") == 1
     assert rc.metric("gpuclaimctl_template_claims_created_total") == 2
     assert rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) == 4
@@ -299,7 +302,7 @@ def test_a_pod_waits_for_capacity_until_a_node_is_added(
     wait_for(lambda: cluster.waiting_reason("big-g") == "Capacity", timeout=30,
              message="claim big-g Waiting with reason Capacity")
     assert cluster.read_pod("big").spec.scheduling_gates  # still gated
-    assert len(cluster.events("Capacity")) == 1
+    wait_for(lambda: len(cluster.events("Capacity")) == 1, timeout=10, message="one Capacity event")
     assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="Capacity") >= 1
 
     new = node_name(gpu_nodes("large", gpus=8, labels=cluster.label))
@@ -337,7 +340,7 @@ def test_a_pod_waits_with_class_not_found_until_the_class_exists(
     cluster.pod("p", [{"name": "g", "className": cls, "count": 1}])
     wait_for(lambda: cluster.waiting_reason("p-g") == "ClassNotFound", timeout=30,
              message="claim p-g Waiting with ClassNotFound")
-    assert len(cluster.events("ClassNotFound")) == 1
+    wait_for(lambda: len(cluster.events("ClassNotFound")) == 1, timeout=10, message="one ClassNotFound event")
     assert cluster.gpu_class("later") == cls
     wait_for(lambda: cluster.running_on("p", node), timeout=60, message="p released once the class exists")
 
@@ -400,8 +403,8 @@ def test_a_node_the_scheduler_refuses_is_rejected_and_the_recreated_pod_lands_el
 
     wait_for(worker_running_on_roomy, timeout=90,
              message=f"a worker pod Running on {roomy} after {cramped} refused the first")
-    rejected = cluster.events("NodeRejected")
-    assert rejected and cramped in rejected[0].message
+    rejected = wait_for(lambda: cluster.events("NodeRejected"), timeout=10, message="a NodeRejected event")
+    assert cramped in rejected[0].message
     assert rc.metric("gpuclaimctl_refused_pods_total") == 1
 
 
