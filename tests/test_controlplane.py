@@ -137,8 +137,11 @@ def test_a_watch_from_before_an_etcd_compaction_ends_with_410_gone(
 
 
 ORPHAN_SCRIPT = textwrap.dedent("""
-    import json, sys, time
+    import json, signal, sys, time
     from gpuclaimctl.controlplane import ControlPlane
+    # Ctrl-C as a terminal gives it: a suite started in the background
+    # (`cmd &`) passes SIGINT down ignored, and Python then keeps ignoring it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     plane = ControlPlane()
     plane.start()
     print(json.dumps(plane.running()), flush=True)
@@ -158,7 +161,7 @@ def test_no_component_outlives_the_launcher(how: signal.Signals, tmp_path: Path)
     proc.send_signal(how)
     # Stopping the API server and etcd gracefully takes seconds, more on a
     # busy machine: this waits for the exit, it does not time it.
-    proc.wait(120)
+    proc.wait(60)
 
     def all_gone() -> bool:
         return not any(_alive(pid) for pid in pids.values())
