@@ -77,6 +77,14 @@ class Cluster:
             self.core.create_namespaced_pod(self.ns, self.pod_manifest(name, entries, **kw)))
         return created
 
+    def replica_set(self, name: str, entries: list[dict[str, Any]], **kw: Any) -> None:
+        """One replica of a gated pod: a refused pod comes back as its next pod."""
+        template = self.pod_manifest(name, entries, **kw)
+        template["metadata"].pop("name")
+        kube.request(self.api, "POST", f"/apis/apps/v1/namespaces/{self.ns}/replicasets", body={
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template}})
+
     def read_pod(self, name: str) -> Any:
         try:
             return self.core.read_namespaced_pod(name, self.ns)
@@ -390,12 +398,7 @@ def test_a_node_the_scheduler_refuses_is_rejected_and_the_recreated_pod_lands_el
     roomy = node_name(gpu_nodes("roomy", gpus=8, cpu="32", labels=cluster.label))
     cls = cluster.gpu_class("a100")
     rc = run_controller(reject_for=300.0)
-    template = cluster.pod_manifest("worker", [{"name": "g", "className": cls, "count": 2}], cpu="2")
-    template["metadata"].pop("name")
-    kube.request(cluster.api, "POST", f"/apis/apps/v1/namespaces/{cluster.ns}/replicasets", body={
-        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "worker"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "worker"}},
-                 "template": template}})
+    cluster.replica_set("worker", [{"name": "g", "className": cls, "count": 2}], cpu="2")
 
     def worker_running_on_roomy() -> bool:
         pods = cluster.core.list_namespaced_pod(cluster.ns, label_selector="app=worker").items
@@ -418,12 +421,7 @@ def test_a_recreated_pod_waiting_on_a_rejection_is_tried_again_when_it_runs_out(
     cramped = node_name(gpu_nodes("only", gpus=2, cpu="1", labels=cluster.label))
     cls = cluster.gpu_class("a100")
     rc = run_controller(reject_for=4.0, resync_period=600.0)
-    template = cluster.pod_manifest("retry", [{"name": "g", "className": cls, "count": 2}], cpu="2")
-    template["metadata"].pop("name")
-    kube.request(cluster.api, "POST", f"/apis/apps/v1/namespaces/{cluster.ns}/replicasets", body={
-        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "retry"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "retry"}},
-                 "template": template}})
+    cluster.replica_set("retry", [{"name": "g", "className": cls, "count": 2}], cpu="2")
     wait_for(lambda: rc.metric("gpuclaimctl_refused_pods_total") >= 1, timeout=60,
              message=f"{cramped} refusing the first pod")
     wait_for(lambda: any(e.reason == "NodeRejected" for e in cluster.events("NodeRejected")), timeout=30,
