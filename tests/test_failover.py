@@ -364,3 +364,24 @@ def test_bad_flags_exit_2_with_one_line_naming_the_flag(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, f"expected one line, got:\n{done.stderr}"
     assert names in lines[0]
+
+
+def test_a_leader_that_loses_its_lease_stops_and_exits_non_zero(
+    controllers: Callable[..., ControllerProcess], namespace: str, api_client: client.ApiClient,
+) -> None:
+    # DESIGN §7: stop work and exit when the lease is lost, so the Deployment
+    # restarts it as a standby. Here someone else takes the Lease over.
+    lease = f"gpuclaimctl-{uuid.uuid4().hex[:8]}"
+    leader = controllers("alone", lease_namespace=namespace, lease_name=lease)
+    wait_for(lambda: leader.ready() and leader.leading(), timeout=60,
+             message=lambda: f"the controller to lead; its log:\n{leader.log_tail()}")
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}"
+    stolen = kube.request_json(api_client, "GET", path)
+    stolen["spec"].update(holderIdentity="someone-else", leaseDurationSeconds=600,
+                          renewTime=time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime()))
+    kube.request_json(api_client, "PUT", path, body=stolen)
+
+    code = leader.wait(RENEW + 20)
+    assert code == 1, leader.log_tail()
+    assert "leader election ended" in leader.log_tail(200)
+    assert lease_holder(api_client, namespace, lease) == "someone-else", "it never writes over the new holder"
