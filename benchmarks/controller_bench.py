@@ -49,7 +49,6 @@ Figures are printed; nothing fails on a time.
 from __future__ import annotations
 
 import argparse
-import copy
 import cProfile
 import dataclasses
 import io
@@ -83,9 +82,9 @@ from gpuclaimctl.controlplane import (
     ControlPlane,
 )
 from gpuclaimctl.indexes import has_gate
-from gpuclaimctl.nodeaffinity import pin_to_node
 from gpuclaimctl.options import Options
 from gpuclaimctl.podclaims import pod_claims, template_claim
+from gpuclaimctl.podsync import released_pod
 from gpuclaimctl.writer import AlreadyExists, Writer
 from informers import PODS, EventHandlerFuncs, SharedInformerFactory
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -585,13 +584,7 @@ class BaselineSubject(Subject):
             claim["status"] = {"phase": api.Phase.BOUND, "nodeName": node, "reservedFor": [ref]}
             self.writer.update_claim_status(claim)
             written.add(body["metadata"]["name"])
-        released = copy.deepcopy(pod)
-        spec = released["spec"]
-        spec["schedulingGates"] = [g for g in spec.get("schedulingGates") or ()
-                                   if g.get("name") != api.SCHEDULING_GATE]
-        spec["affinity"] = pin_to_node(spec.get("affinity"), node)
-        released["metadata"].setdefault("annotations", {})[api.PLACED_NODE_ANNOTATION] = node
-        self.writer.update_pod(released)
+        self.writer.update_pod(released_pod(pod, node))
         self.writer.event({"apiVersion": "v1", "kind": "Pod", "metadata": meta}, "Normal", "Placed",
                           f"GPU claims placed on node {node}: round-robin")
 

@@ -27,15 +27,13 @@ Obj = dict[str, Any]
 def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
                   claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """{nodes, allocatable, bound} for `cls`; `claims` are the class's claims."""
-    offering = [n for n in nodes if n.ready and cls.offered_by(n)]
+    offering, allocatable = cls.allocatable(nodes)
     bound = 0
     for c in claims:
         count = (c.get("spec") or {}).get("count")
         if (c.get("status") or {}).get("phase") == api.Phase.BOUND and isinstance(count, int):
             bound += count
-    return {"nodes": len(offering),
-            "allocatable": sum(n.allocatable.get(cls.resource_name, 0) for n in offering),
-            "bound": bound}
+    return {"nodes": offering, "allocatable": allocatable, "bound": bound}
 
 
 def sync_class(ctl: Controller, name: str) -> None:

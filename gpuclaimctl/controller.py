@@ -471,8 +471,7 @@ class Controller:
         nodes = [NodeInfo.from_api(n) for n in self.nodes.list()]
         for obj in self.classes.list():
             cls = ClassInfo.from_api(obj)
-            allocatable[cls.name] = sum(n.allocatable.get(cls.resource_name, 0)
-                                        for n in nodes if n.ready and cls.offered_by(n))
+            allocatable[cls.name] = cls.allocatable(nodes)[1]
             bound.setdefault(cls.name, 0)
         return StateSample(claims=claims, allocatable=allocatable, bound=bound)
 

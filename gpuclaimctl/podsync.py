@@ -272,13 +272,18 @@ def _bind(ctl: Controller, pod: Obj, claim: Obj, node: str, action: Action) -> N
 
 def _release(ctl: Controller, pod: Obj, node: str) -> None:
     """Remove our gate and pin the node: one update, at the read resourceVersion."""
+    ctl.writer.update_pod(released_pod(pod, node))
+
+
+def released_pod(pod: Obj, node: str) -> Obj:
+    """A copy of `pod` without our gate, pinned to `node` and marked as placed by us."""
     released = copy.deepcopy(pod)
     spec = released["spec"]
     spec["schedulingGates"] = [g for g in spec.get("schedulingGates") or ()
                                if g.get("name") != api.SCHEDULING_GATE]
     spec["affinity"] = pin_to_node(spec.get("affinity"), node)
     released["metadata"].setdefault("annotations", {})[api.PLACED_NODE_ANNOTATION] = node
-    ctl.writer.update_pod(released)
+    return released
 
 
 # -- waiting -------------------------------------------------------------------------------

@@ -116,6 +116,11 @@ class ClassInfo:
     def offered_by(self, node: NodeInfo) -> bool:
         return node.allocatable.get(self.resource_name, 0) > 0 and self.selects(node)
 
+    def allocatable(self, nodes: Iterable[NodeInfo]) -> tuple[int, int]:
+        """(Ready nodes offering this class, their GPUs of its resource)."""
+        offering = [n for n in nodes if n.ready and self.offered_by(n)]
+        return len(offering), sum(n.allocatable.get(self.resource_name, 0) for n in offering)
+
 
 @dataclass(frozen=True)
 class PodRef:
