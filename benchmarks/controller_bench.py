@@ -72,7 +72,9 @@ import yaml
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry
 
-from gpuclaimctl import api, app, kube
+from gpuclaimctl.model import api
+from gpuclaimctl.cmd import app
+from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import (
     CONTROLLER_MANAGER,
     KWOK,
@@ -81,11 +83,11 @@ from gpuclaimctl.controlplane import (
     SCHEDULER,
     ControlPlane,
 )
-from gpuclaimctl.indexes import has_gate
-from gpuclaimctl.options import Options
-from gpuclaimctl.podclaims import pod_claims, template_claim
-from gpuclaimctl.podsync import released_pod
-from gpuclaimctl.writer import AlreadyExists, Writer
+from gpuclaimctl.state.indexes import has_gate
+from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.model.podclaims import pod_claims, template_claim
+from gpuclaimctl.sync.pods import released_pod
+from gpuclaimctl.client.writer import AlreadyExists, Writer
 from informers import PODS, EventHandlerFuncs, SharedInformerFactory
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from workqueue import RateLimitingQueue, default_controller_rate_limiter

@@ -40,11 +40,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpuclaimctl.api import Phase, ReclaimPolicy, Strategy
-from gpuclaimctl.inflight import InFlightPlacements, claim_usage, combine, used_capacity
-from gpuclaimctl.nodeaffinity import PodNodeRules
-from gpuclaimctl.placement import Placed, decide
-from gpuclaimctl.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, Usage
+from gpuclaimctl.model.api import Phase, ReclaimPolicy, Strategy
+from gpuclaimctl.state.inflight import InFlightPlacements
+from gpuclaimctl.decide.capacity import claim_usage, combine, used_capacity
+from gpuclaimctl.model.nodeaffinity import PodNodeRules
+from gpuclaimctl.decide.placement import Placed, decide
+from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, Usage
 
 GPU = "nvidia.com/gpu"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

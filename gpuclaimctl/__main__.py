@@ -1,5 +1,5 @@
 """`python -m gpuclaimctl` is the gpuclaimctl command."""
 
-from gpuclaimctl.cli import main
+from gpuclaimctl.cmd.cli import main
 
 main()

@@ -26,18 +26,20 @@ from typing import Any
 from cachetools import LRUCache, TTLCache
 from kubernetes import client
 
-from gpuclaimctl import api, indexes
-from gpuclaimctl.claimsync import sync_claim
-from gpuclaimctl.classsync import sync_class
-from gpuclaimctl.inflight import InFlightPlacements, claim_usage
-from gpuclaimctl.kube import ApiError
-from gpuclaimctl.lockedcache import LockedCache
-from gpuclaimctl.options import Options
-from gpuclaimctl.podsync import sync_pod
-from gpuclaimctl.snapshot import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
-from gpuclaimctl.turnstile import AgeTurnstile
-from gpuclaimctl.usage import UsageTracker
-from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound, Writer
+from gpuclaimctl.model import api
+from gpuclaimctl.state import indexes
+from gpuclaimctl.sync.claims import sync_claim
+from gpuclaimctl.sync.classes import sync_class
+from gpuclaimctl.state.inflight import InFlightPlacements
+from gpuclaimctl.decide.capacity import claim_usage
+from gpuclaimctl.client.kube import ApiError
+from gpuclaimctl.state.lockedcache import LockedCache
+from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.sync.pods import sync_pod
+from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, Rejection, parse_time
+from gpuclaimctl.state.turnstile import AgeTurnstile
+from gpuclaimctl.state.usage import UsageTracker
+from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound, Writer
 from informers import (
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,

@@ -9,8 +9,9 @@ from typing import Any
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry
 
-from gpuclaimctl import app, kube
-from gpuclaimctl.options import Options
+from gpuclaimctl.cmd import app
+from gpuclaimctl.client import kube
+from gpuclaimctl.cmd.options import Options
 from tests.helpers import wait_for
 
 TEST_OPTIONS = Options(workers=4, resync_period=30.0, metrics_bind_address="0",

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl import api
-from gpuclaimctl.claimplan import (
+from gpuclaimctl.model import api
+from gpuclaimctl.decide.claimplan import (
     ClaimPlan,
     NodeFacts,
     PodFacts,

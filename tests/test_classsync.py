@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuclaimctl.classsync import class_figures
-from gpuclaimctl.snapshot import ClassInfo, NodeInfo
+from gpuclaimctl.sync.classes import class_figures
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 
 GPU = "nvidia.com/gpu"
 

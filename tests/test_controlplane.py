@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 from kubernetes import client
 
-from gpuclaimctl import kube
+from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import ControlPlane
 from tests.helpers import wait_for
 

@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 import pytest
 
-from gpuclaimctl import api, kube
-from gpuclaimctl.podclaims import pod_claims, template_claim
+from gpuclaimctl.model import api
+from gpuclaimctl.client import kube
+from gpuclaimctl.model.podclaims import pod_claims, template_claim
 from tests.helpers import wait_for
 from tests.test_e2e import Cluster, node_name
 

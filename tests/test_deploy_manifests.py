@@ -126,7 +126,7 @@ def crd_schema(plural: str) -> Obj:
 
 def test_crd_names_and_enums_are_the_controllers() -> None:
     """deploy/crds and gpuclaimctl/api.py name the same things."""
-    from gpuclaimctl import api
+    from gpuclaimctl.model import api
 
     for plural, kind in ((api.CLASS_PLURAL, api.CLASS_KIND), (api.CLAIM_PLURAL, api.CLAIM_KIND),
                          (api.TEMPLATE_PLURAL, api.TEMPLATE_KIND)):
@@ -252,7 +252,7 @@ def test_deployment_settings_are_options_of_gpuclaimctl_run(
     container: Obj, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each GPUCLAIMCTL_* variable and argument must reach a `run` option."""
-    cli = pytest.importorskip("gpuclaimctl.cli")
+    cli = pytest.importorskip("gpuclaimctl.cmd.cli")
     main: click.Group = cli.main
     args = container["args"]
     settings = {name: e.get("value", SYSTEM_NAMESPACE)  # valueFrom: the pod's namespace
@@ -294,8 +294,8 @@ def test_sample_pods_are_gated_and_name_claims_the_samples_provide() -> None:
     """The quick start works as written: every claim, template and class a
     sample pod needs is a sample too, and each container asks the device
     plugin for as many GPUs as the pod's claims hold."""
-    from gpuclaimctl import api
-    from gpuclaimctl.podclaims import pod_claims
+    from gpuclaimctl.model import api
+    from gpuclaimctl.model.podclaims import pod_claims
 
     objs = samples()
     names = {kind: {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
@@ -392,7 +392,7 @@ def test_image_is_a_pinned_slim_python_running_gpuclaimctl_as_uid_65532(
     assert [json.loads(a) for w, a in steps if w == "ENTRYPOINT"] == [["gpuclaimctl"]]
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")
-    assert "gpuclaimctl = gpuclaimctl.cli:main" in cfg["options.entry_points"]["console_scripts"]
+    assert "gpuclaimctl = gpuclaimctl.cmd.cli:main" in cfg["options.entry_points"]["console_scripts"]
     installs = [a for w, a in steps if w == "RUN" and "pip install" in a]
     assert installs and all("--no-cache-dir" in a and "--no-deps" in a for a in installs)
     assert any("-r /src/deploy/requirements.txt" in a for a in installs)

@@ -10,7 +10,8 @@ from typing import Any, Callable
 import pytest
 from kubernetes import client
 
-from gpuclaimctl import api, kube
+from gpuclaimctl.model import api
+from gpuclaimctl.client import kube
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.plane

@@ -28,7 +28,8 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuclaimctl import api, kube
+from gpuclaimctl.model import api
+from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import ControlPlane
 from tests.helpers import wait_for
 from tests.test_e2e import Cluster

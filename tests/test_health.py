@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from gpuclaimctl.health import Check, EndpointServer, parse_bind_address
+from gpuclaimctl.cmd.endpoints import Check, EndpointServer, parse_bind_address
 
 LOCAL = "127.0.0.1:0"
 

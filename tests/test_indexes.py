@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl import api, indexes
-from gpuclaimctl.podclaims import template_claim_name
+from gpuclaimctl.model import api
+from gpuclaimctl.state import indexes
+from gpuclaimctl.model.podclaims import template_claim_name
 from informers.store import Indexer
 
 Obj = dict[str, Any]

@@ -5,14 +5,9 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.api import CLAIMS_ANNOTATION
-from gpuclaimctl.inflight import (
-    InFlightPlacements,
-    claim_usage,
-    combine,
-    pod_request,
-    used_capacity,
-)
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION
+from gpuclaimctl.state.inflight import InFlightPlacements
+from gpuclaimctl.decide.capacity import claim_usage, combine, pod_request, used_capacity
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gpuclaimctl import kube
-from gpuclaimctl.kube import ApiError, TokenBucket
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.kube import ApiError, TokenBucket
 
 
 class FakeTime:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpuclaimctl.leaderelection import (
+from gpuclaimctl.client.leaderelection import (
     EXPIRY_MARGIN,
     JITTER_FACTOR,
     STANDBY_SPREAD,
@@ -33,7 +33,7 @@ from gpuclaimctl.leaderelection import (
     LeaderElector,
     default_identity,
 )
-from gpuclaimctl.leaselock import LeaderElectionRecord, LeaseLock, LockConflictError
+from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock, LockConflictError
 from metrics.leaderelection import LeaderElectionMetrics
 from tests.helpers import wait_for
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuclaimctl.logs import (
+from gpuclaimctl.cmd.logs import (
     JsonFormatter,
     TextFormatter,
     KeyedLogger,

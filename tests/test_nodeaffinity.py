@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.nodeaffinity import (
+from gpuclaimctl.model.nodeaffinity import (
     Mismatch,
     NodeSelector,
     PodNodeRules,

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuclaimctl import __version__, app
-from gpuclaimctl.api import Strategy
-from gpuclaimctl.cli import main
-from gpuclaimctl.options import LogFormat, Options, parse_bind_address
+from gpuclaimctl import __version__
+from gpuclaimctl.cmd import app
+from gpuclaimctl.model.api import Strategy
+from gpuclaimctl.cmd.cli import main
+from gpuclaimctl.cmd.options import LogFormat, Options, parse_bind_address
 
 # --- Options.validate -------------------------------------------------------------
 
@@ -224,6 +225,6 @@ def test_a_bad_flag_is_refused_with_one_line_and_exit_code_2(
     ("500ms", 0.5), ("2h0m5s", 7205.0),
 ], ids=lambda v: str(v))
 def test_durations_read_like_kubernetes_flags(text: str, seconds: float) -> None:
-    from gpuclaimctl.cli import _seconds
+    from gpuclaimctl.cmd.cli import _seconds
 
     assert _seconds(text) == seconds

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
-from gpuclaimctl.nodeaffinity import PodNodeRules, Taint
-from gpuclaimctl.placement import (
+from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.model.nodeaffinity import PodNodeRules, Taint
+from gpuclaimctl.decide.placement import (
     Action,
     Decision,
     Placed,
@@ -18,7 +18,7 @@ from gpuclaimctl.placement import (
     oldest_first,
     with_placement,
 )
-from gpuclaimctl.snapshot import (
+from gpuclaimctl.model.snapshot import (
     ClaimState,
     ClassInfo,
     Cluster,

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.api import (
+from gpuclaimctl.model.api import (
     CLAIM_FINALIZER,
     CLAIMS_ANNOTATION,
     POD_CLAIM_NAME_ANNOTATION,
     TEMPLATE_CLAIM_LABEL,
 )
-from gpuclaimctl.podclaims import (
+from gpuclaimctl.model.podclaims import (
     MAX_CLAIM_NAME,
     MAX_ENTRIES,
     ClaimEntry,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import urllib3
 
-from gpuclaimctl import kube
-from gpuclaimctl.inflight import InFlightPlacements
-from gpuclaimctl.placement import Action, ClaimAction, Placed
-from gpuclaimctl.podsync import free_unwritten, surely_not_written
-from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound
+from gpuclaimctl.client import kube
+from gpuclaimctl.state.inflight import InFlightPlacements
+from gpuclaimctl.decide.placement import Action, ClaimAction, Placed
+from gpuclaimctl.sync.pods import free_unwritten, surely_not_written
+from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound
 
 GPU = "nvidia.com/gpu"
 

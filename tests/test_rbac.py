@@ -29,9 +29,10 @@ import pytest
 import yaml
 from kubernetes import client, config, utils
 
-from gpuclaimctl import api, kube
+from gpuclaimctl.model import api
+from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import ControlPlane
-from gpuclaimctl.podclaims import ClaimEntry, template_claim
+from gpuclaimctl.model.podclaims import ClaimEntry, template_claim
 from tests.helpers import gpu_node_manifest, node_is_ready, wait_for
 from tests.test_deploy_manifests import (
     DEPLOY,

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 from kubernetes import client
 
-from gpuclaimctl import cli
-from gpuclaimctl.api import (
+from gpuclaimctl.cmd import cli
+from gpuclaimctl.model.api import (
     API_VERSION,
     CLAIM_PLURAL,
     CLAIMS_ANNOTATION,
@@ -29,9 +29,9 @@ from gpuclaimctl.api import (
     SCHEDULING_GATE,
     VERSION,
 )
-from gpuclaimctl.kube import request_json
-from gpuclaimctl.podclaims import template_claim_name
-from gpuclaimctl.status import human_duration, render
+from gpuclaimctl.client.kube import request_json
+from gpuclaimctl.model.podclaims import template_claim_name
+from gpuclaimctl.cmd.statusview import human_duration, render
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"

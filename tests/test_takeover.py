@@ -10,7 +10,9 @@ import pytest
 from kubernetes import client, config
 from prometheus_client import CollectorRegistry
 
-from gpuclaimctl import api, app, kube
+from gpuclaimctl.model import api
+from gpuclaimctl.cmd import app
+from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import ControlPlane
 from tests.controllerkit import TEST_OPTIONS
 from tests.helpers import wait_for

@@ -6,7 +6,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from gpuclaimctl.turnstile import Age, AgeTurnstile
+from gpuclaimctl.state.turnstile import Age, AgeTurnstile
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.inflight import used_capacity
-from gpuclaimctl.usage import UsageTracker
+from gpuclaimctl.decide.capacity import used_capacity
+from gpuclaimctl.state.usage import UsageTracker
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"

@@ -18,14 +18,14 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from gpuclaimctl.api import (
+from gpuclaimctl.model.api import (
     DEFAULT_RESOURCE_NAME,
     OnCordon,
     Phase,
     ReclaimPolicy,
     WaitReason,
 )
-from gpuclaimctl.nodeaffinity import (
+from gpuclaimctl.model.nodeaffinity import (
     BLOCKING_EFFECTS,
     NODE_STATE_TAINTS,
     PodNodeRules,

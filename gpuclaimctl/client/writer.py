@@ -18,7 +18,8 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuclaimctl import api, kube
+from gpuclaimctl.model import api
+from gpuclaimctl.client import kube
 
 log = logging.getLogger(__name__)
 

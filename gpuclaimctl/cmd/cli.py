@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from gpuclaimctl import __version__
-from gpuclaimctl.api import Strategy
-from gpuclaimctl.options import LogFormat, Options
+from gpuclaimctl.model.api import Strategy
+from gpuclaimctl.cmd.options import LogFormat, Options
 
 
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
@@ -146,7 +146,7 @@ def run(**flags: Any) -> None:
         options.validate()
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    from gpuclaimctl import app
+    from gpuclaimctl.cmd import app
 
     sys.exit(app.run(options))
 
@@ -156,6 +156,6 @@ def run(**flags: Any) -> None:
 @click.option("--context", default=None)
 def status(kubeconfig: str | None, context: str | None) -> None:
     """Show GPUs per node and class, claims by phase, and waiting pods."""
-    from gpuclaimctl import status as status_mod
+    from gpuclaimctl.cmd import statusview as status_mod
 
     sys.exit(status_mod.main(kubeconfig, context))

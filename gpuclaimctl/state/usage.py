@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuclaimctl.api import DEFAULT_RESOURCE_NAME
-from gpuclaimctl.inflight import claim_usage, pod_usage
+from gpuclaimctl.model.api import DEFAULT_RESOURCE_NAME
+from gpuclaimctl.decide.capacity import claim_usage, pod_usage
 
 Held = tuple[str, str, int]  # node, resource, count
 

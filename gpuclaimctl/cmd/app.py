@@ -21,11 +21,12 @@ from types import FrameType
 from kubernetes import client
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
-from gpuclaimctl import kube, logs
+from gpuclaimctl.client import kube
+from gpuclaimctl.cmd import logs
 from gpuclaimctl.controller import Controller
-from gpuclaimctl.health import Check, EndpointServer
-from gpuclaimctl.leaderelection import ElectionOutcome, LeaderElectionConfig, LeaderElector
-from gpuclaimctl.options import Options
+from gpuclaimctl.cmd.endpoints import Check, EndpointServer
+from gpuclaimctl.client.leaderelection import ElectionOutcome, LeaderElectionConfig, LeaderElector
+from gpuclaimctl.cmd.options import Options
 from informers import SharedInformerFactory
 from metrics.controller import ControllerMetrics
 from metrics.leaderelection import LeaderElectionMetrics
@@ -40,7 +41,7 @@ def run(options: Options) -> int:
     plane = None
     try:
         if options.local:
-            from gpuclaimctl import localdemo
+            from gpuclaimctl.cmd import localdemo
 
             plane = localdemo.start_plane()
             options = _with_kubeconfig(options, str(plane.kubeconfig))

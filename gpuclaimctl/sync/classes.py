@@ -14,13 +14,14 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpuclaimctl import api, indexes
-from gpuclaimctl.snapshot import ClassInfo, NodeInfo
+from gpuclaimctl.model import api
+from gpuclaimctl.state import indexes
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 
 if TYPE_CHECKING:
     from gpuclaimctl.controller import Controller
 
-log = logging.getLogger("gpuclaimctl.classsync")
+log = logging.getLogger("gpuclaimctl.sync.classes")
 Obj = dict[str, Any]
 
 

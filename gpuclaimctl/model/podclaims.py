@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpuclaimctl.api import (
+from gpuclaimctl.model.api import (
     API_VERSION,
     CLAIM_FINALIZER,
     CLAIM_KIND,

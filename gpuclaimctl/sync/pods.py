@@ -22,12 +22,14 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpuclaimctl import api, kube
-from gpuclaimctl.indexes import has_gate, node_ready
-from gpuclaimctl.inflight import InFlightPlacements, combine
-from gpuclaimctl.nodeaffinity import Taint, Toleration, pin_to_node, untolerated_node_state_taint
-from gpuclaimctl.placement import Action, Placed, Waiting, decide
-from gpuclaimctl.podclaims import (
+from gpuclaimctl.model import api
+from gpuclaimctl.client import kube
+from gpuclaimctl.state.indexes import has_gate, node_ready
+from gpuclaimctl.state.inflight import InFlightPlacements
+from gpuclaimctl.decide.capacity import combine
+from gpuclaimctl.model.nodeaffinity import Taint, Toleration, pin_to_node, untolerated_node_state_taint
+from gpuclaimctl.decide.placement import Action, Placed, Waiting, decide
+from gpuclaimctl.model.podclaims import (
     ClaimEntry,
     EntrySource,
     PodClaimsError,
@@ -35,13 +37,13 @@ from gpuclaimctl.podclaims import (
     pod_claims,
     template_claim,
 )
-from gpuclaimctl.snapshot import ClaimState, PodInfo, Rejection, UnresolvedClaim, parse_time
-from gpuclaimctl.writer import AlreadyExists, Conflict, NotFound
+from gpuclaimctl.model.snapshot import ClaimState, PodInfo, Rejection, UnresolvedClaim, parse_time
+from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound
 
 if TYPE_CHECKING:
     from gpuclaimctl.controller import Controller
 
-log = logging.getLogger("gpuclaimctl.podsync")
+log = logging.getLogger("gpuclaimctl.sync.pods")
 Obj = dict[str, Any]
 
 

@@ -43,8 +43,8 @@ from typing import Callable
 
 from kubernetes import client
 
-from gpuclaimctl.leaselock import LeaderElectionRecord, LeaseLock, ResourceLock, micro_time
-from gpuclaimctl.logs import get_logger
+from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock, ResourceLock, micro_time
+from gpuclaimctl.cmd.logs import get_logger
 from metrics.leaderelection import LeaderElectionMetrics
 from workqueue.clock import Clock, RealClock
 

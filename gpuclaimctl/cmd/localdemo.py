@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from gpuclaimctl import kube
+from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import (
     CONTROLLER_MANAGER,
     KWOK,

@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import math
 
-from gpuclaimctl.api import Strategy
+from gpuclaimctl.model.api import Strategy
 
 
 class LogFormat(str, enum.Enum):

@@ -13,21 +13,22 @@ import copy
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gpuclaimctl import api, indexes
-from gpuclaimctl.claimplan import (
+from gpuclaimctl.model import api
+from gpuclaimctl.state import indexes
+from gpuclaimctl.decide.claimplan import (
     NodeFacts,
     PodFacts,
     owner_name,
     plan_claim,
     template_owner_uid,
 )
-from gpuclaimctl.indexes import has_gate, node_ready
-from gpuclaimctl.writer import NotFound
+from gpuclaimctl.state.indexes import has_gate, node_ready
+from gpuclaimctl.client.writer import NotFound
 
 if TYPE_CHECKING:
     from gpuclaimctl.controller import Controller
 
-log = logging.getLogger("gpuclaimctl.claimsync")
+log = logging.getLogger("gpuclaimctl.sync.claims")
 Obj = dict[str, Any]
 
 

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from gpuclaimctl import api
-from gpuclaimctl.snapshot import parse_time
+from gpuclaimctl.model import api
+from gpuclaimctl.model.snapshot import parse_time
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpuclaimctl.api import NODE_NAME_FIELD
+from gpuclaimctl.model.api import NODE_NAME_FIELD
 
 # Taints the node lifecycle controller sets to mirror a node's readiness and
 # cordon. Placement checks Ready and spec.unschedulable itself (and keeps a

@@ -1,6 +1,6 @@
 """Where a pod's whole set of GPU claims goes (DESIGN.md §4): THE decision.
 
-`decide` takes a plain snapshot (gpuclaimctl.snapshot) — the pod, its
+`decide` takes a plain snapshot (gpuclaimctl.model.snapshot) — the pod, its
 claims, the nodes and classes (`Cluster`), the GPUs already in use per node (`Usage`) and `now` — and
 returns `Placed` (one node and what to do with each claim) or `Waiting`
 (a reason from `WaitReason`, a message a person can act on, and each
@@ -40,9 +40,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from gpuclaimctl.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
-from gpuclaimctl.nodeaffinity import Mismatch, Taint, untolerated_taint
-from gpuclaimctl.snapshot import (
+from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, untolerated_taint
+from gpuclaimctl.model.snapshot import (
     NO_USE,
     ClaimState,
     ClassInfo,

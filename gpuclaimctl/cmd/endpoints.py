@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-from gpuclaimctl.logs import get_logger
+from gpuclaimctl.cmd.logs import get_logger
 
 _log = get_logger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuclaimctl import api
-from gpuclaimctl.podclaims import PodClaimsError, pod_claims
+from gpuclaimctl.model import api
+from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 
 # claims
 CLAIMS_BY_OWNER_POD = "claims-by-owner-pod"      # "ns/pod" of the controller owner Pod

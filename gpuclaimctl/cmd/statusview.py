@@ -28,7 +28,7 @@ import click
 import urllib3
 from kubernetes import client
 
-from gpuclaimctl.api import (
+from gpuclaimctl.model.api import (
     CLAIM_PLURAL,
     CLASS_PLURAL,
     CONDITION_WAITING,
@@ -38,11 +38,11 @@ from gpuclaimctl.api import (
     Phase,
     WaitReason,
 )
-from gpuclaimctl.inflight import claim_usage, used_capacity
-from gpuclaimctl import kube
-from gpuclaimctl.kube import ApiError, request_json
-from gpuclaimctl.snapshot import ClassInfo, NodeInfo, parse_time
-from gpuclaimctl.podclaims import PodClaimsError, pod_claims
+from gpuclaimctl.decide.capacity import claim_usage, used_capacity
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.kube import ApiError, request_json
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
+from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 
 RawObject = Mapping[str, Any]
 
