@@ -110,11 +110,6 @@ def test_a_pod_without_the_annotation_is_filed_under_no_claim() -> None:
     assert indexes.pods_by_claim(gated_pod()) == []
 
 
-def test_pods_are_filed_under_their_node_once_scheduled() -> None:
-    assert indexes.pods_by_node(gated_pod(node="node-a")) == ["node-a"]
-    assert indexes.pods_by_node(gated_pod()) == []
-
-
 @pytest.mark.parametrize(
     "gates, waiting",
     [

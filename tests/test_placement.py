@@ -14,9 +14,6 @@ from gpuclaimctl.decide.placement import (
     Placed,
     Waiting,
     decide,
-    decide_in_order,
-    oldest_first,
-    with_placement,
 )
 from gpuclaimctl.model.snapshot import (
     ClaimState,
@@ -457,34 +454,6 @@ def test_the_decision_does_not_depend_on_node_order() -> None:
     assert isinstance(first, Placed) and first == again
 
 
-# --- competing pods ---------------------------------------------------------
-
-
-def test_oldest_pod_gets_the_gpus_when_pods_compete() -> None:
-    old = pod(name="old", created=NOW - timedelta(minutes=5), uid="old")
-    young = pod(name="young", created=NOW, uid="young")
-    cluster = Cluster([node("node-a", gpus=4)], [gpu_class()])
-    results = decide_in_order([(young, [claim("yc", 3)]), (old, [claim("oc", 3)])], cluster, {}, NOW)
-    assert [(p.name, type(d).__name__) for p, d in results] == [("old", "Placed"), ("young", "Waiting")]
-
-
-def test_oldest_first_orders_by_creation_then_name() -> None:
-    a = pod(name="a", created=NOW)
-    b = pod(name="b", created=NOW - timedelta(seconds=1))
-    c = pod(name="c", created=NOW)
-    assert [p.name for p in oldest_first([c, a, b])] == ["b", "a", "c"]
-
-
-def test_with_placement_adds_new_gpus_without_touching_the_input() -> None:
-    used: Usage = {GPU: {"node-a": 1}, AMD: {"node-a": 2}}
-    d = run(Case([node("node-a")], [claim("x", 2), bound("y", "node-a")], "node-a", used=used))
-    assert isinstance(d, Placed)
-    after = with_placement(used, d)
-    assert after[GPU] == {"node-a": 3}
-    assert used[GPU] == {"node-a": 1}
-    assert after[AMD] is used[AMD]
-
-
 # --- snapshot from API objects --------------------------------------------
 
 
@@ -543,9 +512,9 @@ def test_derived_clusters_see_node_and_class_changes() -> None:
     c3 = c2.with_node(node("node-b"))
     d3 = decide(pod(), [claim()], c3, {}, NOW)
     assert isinstance(d3, Placed) and d3.node == "node-b"
-    c4 = c3.with_class(gpu_class(selector={"nope": "1"}))
+    c4 = Cluster(c3.nodes.values(), [gpu_class(selector={"nope": "1"})])
     assert isinstance(decide(pod(), [claim()], c4, {}, NOW), Waiting)
-    c5 = c4.without_class("a100")
+    c5 = Cluster(c4.nodes.values(), [])
     d5 = decide(pod(), [claim()], c5, {}, NOW)
     assert isinstance(d5, Waiting) and d5.reason is WaitReason.CLASS_NOT_FOUND
     c6 = c3.without_node("node-b")

@@ -132,16 +132,6 @@ class Writer:
         return self._write(f"pod {m['namespace']}/{m['name']}", "PUT",
                            f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", pod)
 
-    def patch_pod_condition(self, namespace: str, name: str, condition: Obj) -> None:
-        """Set one condition in pod status (strategic merge keys on `type`)."""
-        try:
-            self._write(f"pod {namespace}/{name} status", "PATCH",
-                        f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-                        {"status": {"conditions": [condition]}},
-                        content_type="application/strategic-merge-patch+json")
-        except NotFound:
-            pass
-
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         """Delete with uid and resourceVersion preconditions; False if it changed or is gone."""
         try:

@@ -72,8 +72,6 @@ class NodeFacts:
     ready: bool = True
     # Since when the node has been NotReady or gone, as far as we know.
     unhealthy_since: datetime | None = None
-    # When its allocatable, taints or readiness last changed (ends rejections early).
-    changed_at: datetime | None = None
 
 
 @dataclass

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
 from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, untolerated_taint
@@ -600,58 +600,3 @@ def describe(claims: Iterable[ClaimState]) -> str:
     """`GPUClaim a (2 × a100), b (1 × h100)` for messages."""
     items = [f"{c.name} ({c.count} × {c.class_name})" for c in claims]
     return ("GPUClaim " if len(items) == 1 else "GPUClaims ") + ", ".join(items)
-
-
-# --- competing pods -----------------------------------------------------------
-
-
-class _Aged(Protocol):
-    @property
-    def created(self) -> datetime: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-
-
-A = TypeVar("A", bound=_Aged)
-
-
-def oldest_first(pods: Iterable[A]) -> list[A]:
-    """Waiting pods in the order they get GPUs when they compete: creation
-    time, then namespace/name so equal times still order the same way."""
-    return sorted(pods, key=lambda p: (p.created, p.namespace, p.name))
-
-
-def with_placement(used: Usage, placed: Placed) -> Usage:
-    """`used` plus the GPUs `placed` takes on its node, sharing every map it
-    does not change. A moved claim still counts on the node it leaves: the
-    write that frees it there has not happened yet."""
-    out = dict(used)
-    touched: dict[str, dict[str, int]] = {}
-    for a in placed.new_gpus():
-        m = touched.get(a.resource)
-        if m is None:
-            m = touched[a.resource] = dict(used.get(a.resource, NO_USE))
-        m[a.node] = m.get(a.node, 0) + a.count
-    out.update(touched)
-    return out
-
-
-def decide_in_order(
-    requests: Iterable[tuple[PodInfo, Sequence[ClaimState | UnresolvedClaim]]],
-    cluster: Cluster,
-    used: Usage,
-    now: datetime,
-    strategy: Strategy = Strategy.BINPACK,
-) -> list[tuple[PodInfo, Decision]]:
-    """Decide competing pods oldest first, each seeing the GPUs the older ones
-    took. Pure, like `decide`."""
-    ordered = sorted(requests, key=lambda pc: (pc[0].created, pc[0].namespace, pc[0].name))
-    out: list[tuple[PodInfo, Decision]] = []
-    for pod, claims in ordered:
-        decision = decide(pod, claims, cluster, used, now, strategy)
-        if isinstance(decision, Placed):
-            used = with_placement(used, decision)
-        out.append((pod, decision))
-    return out

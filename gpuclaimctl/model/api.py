@@ -2,9 +2,7 @@
 
 Every string the controller shares with the API server, with users or with
 deploy/ lives here once, so a typo is an import error rather than a silent
-second name. The TypedDicts describe the raw objects informers hand out;
-they document shape only and are never validated at runtime (the CRD schema
-does that at the API server).
+second name.
 
 This module imports nothing but the standard library and does nothing at
 import time.
@@ -13,7 +11,6 @@ import time.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypedDict
 
 GROUP = "gpuclaimctl.io"
 VERSION = "v1alpha1"
@@ -93,47 +90,3 @@ class Strategy(StrEnum):
 
     BINPACK = "binpack"
     SPREAD = "spread"
-
-
-# --- raw object shapes (camelCase, as the API server serves them) ---------
-
-
-class GPUClassSpec(TypedDict, total=False):
-    resourceName: str
-    nodeSelector: dict[str, str]
-    onCordon: str
-
-
-class GPUClaimSpec(TypedDict, total=False):
-    className: str
-    count: int
-    reclaimPolicy: str
-
-
-class PodReference(TypedDict):
-    name: str
-    uid: str
-
-
-class RejectedNode(TypedDict, total=False):
-    nodeName: str
-    reason: str
-    until: str
-
-
-class GPUClaimStatus(TypedDict, total=False):
-    phase: str
-    nodeName: str
-    reservedFor: list[PodReference]
-    rejectedNodes: list[RejectedNode]
-    conditions: list[dict[str, object]]
-
-
-class TemplateMetadata(TypedDict, total=False):
-    labels: dict[str, str]
-    annotations: dict[str, str]
-
-
-class GPUClaimTemplateSpec(TypedDict, total=False):
-    metadata: TemplateMetadata
-    spec: GPUClaimSpec

@@ -310,21 +310,6 @@ class Cluster:
             out._offers[key] = out._index(key, tuple(ordered))
         return out
 
-    def with_class(self, cls: ClassInfo) -> Cluster:
-        out = Cluster((), {**self.classes, cls.name: cls}.values())
-        self._share_nodes(out, cls.name)
-        return out
-
-    def without_class(self, name: str) -> Cluster:
-        out = Cluster((), (c for c in self.classes.values() if c.name != name))
-        self._share_nodes(out, name)
-        return out
-
-    def _share_nodes(self, out: Cluster, changed: str) -> None:
-        # Same nodes: indexes not involving the changed class stay valid.
-        out.nodes = self.nodes
-        out._offers = {k: v for k, v in self._offers.items() if changed not in k}
-
 
 # --- parsing helpers ----------------------------------------------------------
 

@@ -19,7 +19,6 @@ CLAIMS_BY_NODE = "claims-by-node"
 CLAIMS_BY_CLASS = "claims-by-class"
 # pods
 PODS_BY_CLAIM = "pods-by-claim"                  # "ns/claim" for each claim a pod names
-PODS_BY_NODE = "pods-by-node"
 WAITING_PODS = "waiting-pods"                    # "" for every pod that carries our gate
 
 Obj = dict[str, Any]
@@ -82,11 +81,6 @@ def pods_by_claim(pod: Obj) -> list[str]:
     return [f"{ns}/{e.claim_name(name)}" for e in entries]
 
 
-def pods_by_node(pod: Obj) -> list[str]:
-    node = _str(_field(pod, "spec").get("nodeName"))
-    return [node] if node else []
-
-
 def waiting_pods(pod: Obj) -> list[str]:
     return [""] if has_gate(pod) else []
 
@@ -120,6 +114,5 @@ CLAIM_INDEXERS = {
 }
 POD_INDEXERS = {
     PODS_BY_CLAIM: pods_by_claim,
-    PODS_BY_NODE: pods_by_node,
     WAITING_PODS: waiting_pods,
 }
