@@ -109,6 +109,7 @@ class FakePool:
     def request(self, method: str, url: str, *, body: bytes | None = None, **kw: Any) -> FakeResponse:
         self.owner.sent.append((method, url))
         self.owner.bodies.append(body)
+        self.owner.timeouts.append(kw["timeout"].total)
         return self.owner.responses.pop(0)
 
 
@@ -120,6 +121,7 @@ class FakeApiClient:
         self.responses = list(responses)
         self.sent: list[tuple[str, str]] = []
         self.bodies: list[bytes | None] = []
+        self.timeouts: list[float | None] = []  # each request's total timeout
         self.rest_client = type("Rest", (), {"pool_manager": FakePool(self)})()
 
     def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
@@ -157,3 +159,38 @@ def test_requests_through_a_limited_client_wait_for_their_token(
         kube.request(unlimited, "GET", "/x")  # type: ignore[arg-type]
     assert fake.slept == pytest.approx([0.5, 0.5])
     assert len(limited.sent) == len(unlimited.sent) == 4
+
+
+def test_the_fence_is_consulted_after_the_token_wait_and_cuts_the_timeout(
+    fake: FakeTime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kube, "TokenBucket",
+                        lambda qps, burst: TokenBucket(qps, burst, clock=fake.clock, sleep=fake.sleep))
+    api = FakeApiClient(*[FakeResponse(200, b"") for _ in range(2)])
+    kube.set_rate_limit(api, qps=1, burst=1)  # type: ignore[arg-type]
+    consulted_at: list[float] = []
+
+    def fence() -> float:
+        consulted_at.append(fake.now)
+        return 2.5
+
+    kube.request(api, "PUT", "/x", body={}, fence=fence)  # type: ignore[arg-type]
+    kube.request(api, "PUT", "/x", body={}, fence=fence)  # type: ignore[arg-type]
+    # The second request waited a second for its token; the fence was asked
+    # after that wait, not before it.
+    assert fake.slept == pytest.approx([1.0])
+    assert consulted_at == pytest.approx([100.0, 101.0])
+    assert api.timeouts == pytest.approx([2.5, 2.5])
+
+
+def test_a_fence_that_raises_keeps_the_request_unsent() -> None:
+    api = FakeApiClient(FakeResponse(200, b""))
+
+    def fence() -> float:
+        raise PermissionError("not the leader")
+
+    with pytest.raises(PermissionError):
+        kube.request(api, "POST", "/x", body={}, fence=fence)  # type: ignore[arg-type]
+    assert api.sent == []
+    kube.request(api, "POST", "/x", body={}, timeout=7.0)  # type: ignore[arg-type]
+    assert api.timeouts == [7.0]

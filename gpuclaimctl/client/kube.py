@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 import urllib3
@@ -94,8 +94,14 @@ def request(
     body: Any = None,
     content_type: str = "application/json",
     timeout: float = 30.0,
+    fence: Callable[[], float] | None = None,
 ) -> bytes:
-    """Send one request; return the body bytes or raise ApiError."""
+    """Send one request; return the body bytes or raise ApiError.
+
+    `fence`, when given, is called right before the request leaves (after
+    any wait for a rate-limiter token, which may be long): it raises to
+    stop the request, or returns the most seconds the request may take.
+    """
     limit = _limits.get(api_client)
     if limit is not None:
         limit.wait()
@@ -109,6 +115,8 @@ def request(
         auth_settings=["BearerToken"],
     )
     payload = None if body is None else orjson.dumps(body)
+    if fence is not None:
+        timeout = min(timeout, fence())
     resp = api_client.rest_client.pool_manager.request(
         method, url, body=payload, headers=headers, retries=False,
         timeout=urllib3.Timeout(total=timeout), preload_content=True)
