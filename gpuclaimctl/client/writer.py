@@ -5,6 +5,12 @@ was computed from, so a stale decision fails with 409 Conflict and is
 retried from fresh state instead of overwriting someone else's change.
 Deletes carry uid (and where it matters resourceVersion) preconditions.
 
+Only the leader writes (DESIGN I3): with a `WriteFence`, every mutating
+request is checked against it right before it leaves -- after any wait for
+a rate-limiter token -- and its timeout is cut to the time left before the
+Lease could be taken over; a refused write raises `fence.NotLeader`. Reads
+are not fenced.
+
 Responses are not decoded into client models: the informers will show the
 result, and the few callers that need the written object get a dict.
 """
@@ -20,6 +26,7 @@ from kubernetes import client
 
 from gpuclaimctl.model import api
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.fence import WriteFence
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +48,29 @@ class AlreadyExists(Exception):
 class Writer:
     """Thin seam over the official client for the controller's writes."""
 
-    def __init__(self, api_client: client.ApiClient, component: str = "gpuclaimctl") -> None:
+    def __init__(self, api_client: client.ApiClient, component: str = "gpuclaimctl",
+                 *, fence: WriteFence | None = None) -> None:
         self._api = api_client
         self._component = component
         self._host = uuid.uuid4().hex[:8]
+        # Checked by kube.request right before each mutating request is sent.
+        self._fence = fence.check if fence is not None else None
 
     # -- raw calls ----------------------------------------------------------
 
     def _write(self, what: str, method: str, path: str, body: Any = None,
                content_type: str = "application/json") -> Obj:
+        return self._call(what, method, path, body, content_type, fenced=True)
+
+    def _read(self, what: str, path: str) -> Obj:
+        return self._call(what, "GET", path, None, "application/json", fenced=False)
+
+    def _call(self, what: str, method: str, path: str, body: Any, content_type: str, *,
+              fenced: bool) -> Obj:
         try:
             result: Obj = kube.request_json(self._api, method, path, body=body,
-                                            content_type=content_type)
+                                            content_type=content_type,
+                                            fence=self._fence if fenced else None)
             return result
         except kube.ApiError as e:
             if e.status == 404:
@@ -122,8 +140,15 @@ class Writer:
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         """A live read, for confirming a pod the cache does not show."""
         try:
-            return self._write(f"pod {namespace}/{name}", "GET",
-                               f"/api/v1/namespaces/{namespace}/pods/{name}")
+            return self._read(f"pod {namespace}/{name}",
+                              f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except NotFound:
+            return None
+
+    def get_claim(self, namespace: str, name: str) -> Obj | None:
+        """A live read, for settling a bind whose answer was lost."""
+        try:
+            return self._write(f"claim {namespace}/{name}", "GET", self._claim_path(namespace, name))
         except NotFound:
             return None
 
@@ -145,7 +170,8 @@ class Writer:
     # -- events -----------------------------------------------------------------
 
     def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event about obj. Failure to record is logged, not raised."""
+        """Record a core/v1 Event about obj. Failure to record is logged, not
+        raised -- except `NotLeader`: a refused write is never an API error."""
         m = obj["metadata"]
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         ns = m.get("namespace") or "default"
@@ -169,6 +195,7 @@ class Writer:
             "count": 1,
         }
         try:
-            kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event)
+            kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event,
+                         fence=self._fence)
         except (kube.ApiError, OSError) as e:
             log.warning("could not record event %s on %s/%s: %s", reason, ns, m["name"], e)
