@@ -33,6 +33,7 @@ from gpuclaimctl.client.leaderelection import (
     LeaderElector,
     default_identity,
 )
+from gpuclaimctl.client.fence import NotLeader, WriteFence
 from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock, LockConflictError
 from metrics.leaderelection import LeaderElectionMetrics
 from tests.helpers import wait_for
@@ -380,6 +381,8 @@ class Recorder:
         self.clock = clock
         self.events: list[tuple[str, float]] = []
         self.leaders: list[str] = []
+        self.stop: threading.Event | None = None
+        self.worker_began = threading.Event()
         self.worker_saw_stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -388,12 +391,18 @@ class Recorder:
             self.events.append((what, self.clock.mono))
 
     def started(self, stop: threading.Event) -> None:
+        self.stop = stop
         self._note("started")
+        self.worker_began.set()
         stop.wait()
         self.worker_saw_stop.set()
 
     def stopped(self) -> None:
-        assert self.worker_saw_stop.is_set(), "workers must be told to stop before on_stopped_leading"
+        # The worker's thread was started before leading began, but on LOST
+        # nothing waits for it: let it note its start (real time, briefly).
+        assert self.worker_began.wait(5)
+        assert self.stop is not None and self.stop.is_set(), \
+            "workers must be told to stop before on_stopped_leading"
         self._note("stopped")
 
     def new_leader(self, identity: str) -> None:
@@ -592,6 +601,165 @@ def test_run_is_single_use(h: Harness) -> None:
     a.run(lambda stop: None, lambda: None)
     with pytest.raises(RuntimeError, match="only once"):
         a.run(lambda stop: None, lambda: None)
+
+
+# ---------------------------------------------------------------------------
+# The write fence (DESIGN I3): only the leader writes
+
+
+class SlowLock(FakeLock):
+    """A lock whose writes take ``delay`` seconds (the clock moves meanwhile),
+    or, once ``pause_next`` is set, one write during which the process is
+    paused for that long."""
+
+    def __init__(self, server: LeaseServer, delay: float = 0.0) -> None:
+        super().__init__(server)
+        self.delay = delay
+        self.pause_next = 0.0
+
+    def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        self.server.clock.advance(self.delay + self.pause_next)
+        self.pause_next = 0.0
+        return super().update(record, timeout)
+
+    def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
+        self.server.clock.advance(self.delay)
+        return super().create(record, timeout)
+
+
+def test_the_fence_opens_until_the_start_of_each_renewal_plus_the_renew_deadline(
+    h: Harness,
+) -> None:
+    cfg = LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a")
+    fence = WriteFence(h.clock.monotonic)
+    a = LeaderElector(cfg, SlowLock(h.server, delay=1.0), clock=h.clock, fence=fence)
+    assert a.fence is fence
+    started = h.clock.mono
+    assert a.try_acquire_or_renew(10)
+    # Counted from when the request was sent, not from its answer a second later.
+    assert fence.check() == pytest.approx(cfg.lease_duration - 1.0)
+    h.clock.advance(cfg.renew_deadline - 1.0 - 0.001)
+    fence.check()
+    h.clock.advance(0.001)
+    with pytest.raises(NotLeader):
+        fence.check()
+
+    # A renewal started now opens it again, for as long.
+    h.clock.mono = started + 5.0
+    assert a.try_acquire_or_renew(10)
+    h.clock.mono = started + 5.0 + cfg.renew_deadline - 0.001
+    fence.check()
+
+
+def test_a_standby_never_arms_the_fence(h: Harness) -> None:
+    h.server._store(held_by("b"))
+    a = h.elector("a")
+    assert not a.try_acquire_or_renew(10)
+    assert a.fence.check() == float("inf")  # unarmed; its workers do not run
+
+
+def test_a_leader_paused_past_its_lease_writes_nothing_and_stops_without_waiting_for_workers(
+    h: Harness,
+) -> None:
+    """SIGSTOP for longer than the lease, while the standby takes over, then
+    SIGCONT: the workers may run before the elector's thread does; the
+    fence refuses their writes already, and the elector ends at once."""
+    a = h.elector("a")
+    pause_at = h.clock.mono + 5.5  # between two renewals (0, 2, 4, 6 s)
+    pause = a.config.lease_duration + 3.0
+    during_pause: list[str] = []
+
+    def paused_and_taken_over() -> None:
+        h.clock.advance(pause)
+        h.server.steal("b")
+        try:  # a worker that runs first after SIGCONT
+            a.fence.check()
+            during_pause.append("sent")
+        except NotLeader:
+            during_pause.append("refused")
+
+    h.clock.at(pause_at, paused_and_taken_over)
+    hold = threading.Event()
+    late_write: list[str] = []
+
+    def worker(stop: threading.Event) -> None:
+        # A sync in progress that does not look at `stop` before it writes.
+        hold.wait(30)
+        try:
+            a.fence.check()
+            late_write.append("sent")
+        except NotLeader:
+            late_write.append("refused")
+
+    fence_when_stopped: list[bool] = []
+    outcome = a.run(worker, lambda: fence_when_stopped.append(a.fence.closed))
+
+    assert outcome is ElectionOutcome.LOST
+    assert during_pause == ["refused"]
+    assert fence_when_stopped == [True]
+    # run() came back with the worker still in its sync: it did not wait
+    # for it (the old join waited 0 s here too, but with nothing to stop
+    # the worker's writes).
+    assert late_write == []
+    hold.set()
+    wait_for(lambda: late_write, timeout=10, message="the late worker to try its write")
+    assert late_write == ["refused"]
+    # Not a single renewal after the pause, and no release over b's Lease.
+    assert all(t < pause_at for t, r in h.server.writes if r.holder_identity == "a")
+    assert h.server.record is not None and h.server.record.holder_identity == "b"
+
+
+def test_a_renewal_that_returns_only_after_a_pause_ends_leadership(h: Harness) -> None:
+    cfg = LeaderElectionConfig("gpuclaimctl", "kube-system", identity="a")
+    lock = SlowLock(h.server)
+    a = LeaderElector(cfg, lock, clock=h.clock)
+    # The process stops inside its third renewal for longer than the renew deadline.
+    h.clock.at(h.clock.mono + 5.0, lambda: setattr(lock, "pause_next", cfg.renew_deadline + 1.0))
+    rec = Recorder(h.clock)
+
+    assert run(a, rec) is ElectionOutcome.LOST
+    # Nobody took the Lease, but counted from when that renewal started it
+    # is stale: the fence never reopened, and leadership ended right away.
+    assert h.server.record is not None and h.server.record.holder_identity == "a"
+    with pytest.raises(NotLeader):
+        a.fence.check()
+    # Ended as that renewal came back, not a retry period later.
+    assert rec.when("stopped") == h.server.writes[-1][0]
+
+
+def test_a_lost_lease_closes_the_fence_before_workers_are_told_to_stop(h: Harness) -> None:
+    a = h.elector("a")
+    h.clock.at(h.clock.mono + 5.0, lambda: h.server.steal("thief"))
+    closed_when_told: list[bool] = []
+
+    def worker(stop: threading.Event) -> None:
+        stop.wait()
+        closed_when_told.append(a.fence.closed)
+
+    assert a.run(worker, lambda: None) is ElectionOutcome.LOST
+    wait_for(lambda: closed_when_told, timeout=10, message="the worker to be told to stop")
+    assert closed_when_told == [True]
+
+
+def test_cancel_closes_the_fence_after_the_workers_stopped_and_before_the_release(
+    h: Harness,
+) -> None:
+    a = h.elector("a")
+    h.clock.at(h.clock.mono + 5.0, a.cancel)
+    seen: list[tuple[str, bool]] = []
+
+    def worker(stop: threading.Event) -> None:
+        stop.wait()
+        a.fence.check()  # an in-flight sync's last write still leaves
+        seen.append(("worker", a.fence.closed))
+
+    assert a.run(worker, lambda: seen.append(("stopped", a.fence.closed))) \
+        is ElectionOutcome.CANCELLED
+    assert seen == [("worker", False), ("stopped", True)]
+    released = h.server.writes[-1][1]
+    assert released.holder_identity == ""
+    with pytest.raises(NotLeader):
+        a.fence.check()
 
 
 # ---------------------------------------------------------------------------

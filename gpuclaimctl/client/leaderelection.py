@@ -18,11 +18,18 @@ others wait to take over. As in client-go's ``tools/leaderelection``:
 - On cancel (SIGTERM) the leader stops its workers, then releases the
   Lease by writing an empty holder and a one-second duration, so a standby
   takes over at its next retry instead of waiting out the lease.
+- Only the leader writes (DESIGN I3): every successful acquire or renew
+  moves the ``WriteFence`` on to the moment that request was started plus
+  ``renew_deadline``; the controller's writes are checked against it as
+  they leave. Leadership lost closes the fence at once, before the workers
+  are even told to stop, so a leader that was paused past its lease (and
+  whose workers run again before this thread notices) sends nothing.
 
 Two deliberate differences from client-go: the renew deadline counts from
 the last successful renewal (client-go starts it a retry period later,
-which eats into the margin above), and workers are stopped *before* the
-release (client-go releases first and leaves that ordering to the caller).
+which eats into the margin above), and workers are stopped and the fence
+closed *before* the release (client-go releases first and leaves that
+ordering to the caller).
 
 The Lease itself is read and written by ``leaselock.LeaseLock``, the only
 writer of Leases here. Neither module starts threads or makes requests at
@@ -43,6 +50,7 @@ from typing import Callable
 
 from kubernetes import client
 
+from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock, ResourceLock, micro_time
 from gpuclaimctl.cmd.logs import get_logger
 from metrics.leaderelection import LeaderElectionMetrics
@@ -160,10 +168,15 @@ class LeaderElector:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         metrics: LeaderElectionMetrics | None = None,
+        fence: WriteFence | None = None,
     ) -> None:
         self.config = config
         self._lock = lock
         self._clock: Clock = clock if clock is not None else RealClock()
+        # Open while we may write: armed by each successful acquire or
+        # renew, closed for good when leadership ends. Its clock must be
+        # ours (the times we extend it with are read from ours).
+        self.fence = fence if fence is not None else WriteFence(self._clock.monotonic)
         self._rng = rng if rng is not None else random.Random()
         self._metrics = metrics
         self._log = get_logger(__name__, lease=config.describe(), identity=config.identity)
@@ -196,10 +209,15 @@ class LeaderElector:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         metrics: LeaderElectionMetrics | None = None,
+        fence: WriteFence | None = None,
     ) -> LeaderElector:
-        """An elector on the Lease ``config`` names, through ``api_client``."""
+        """An elector on the Lease ``config`` names, through ``api_client``.
+
+        The Lease's requests go through a client of their own and are never
+        fenced: renewing is how the fence stays open.
+        """
         lock = LeaseLock(api_client, config.namespace, config.lease_name)
-        return cls(config, lock, clock=clock, rng=rng, metrics=metrics)
+        return cls(config, lock, clock=clock, rng=rng, metrics=metrics, fence=fence)
 
     # -- queries -------------------------------------------------------------
 
@@ -252,9 +270,17 @@ class LeaderElector:
         ``on_started_leading(stop)`` runs in its own thread when we become
         leader; ``stop`` is set when leadership ends. It may block until then
         or start workers and return. ``on_stopped_leading()`` runs in this
-        thread after ``stop`` is set and after ``on_started_leading`` has
-        returned (or ``config.stop_budget`` has passed); when it returns,
-        every worker must have stopped. It is not called if we never led.
+        thread after ``stop`` is set and the fence is closed. It is not
+        called if we never led.
+
+        On cancel (or a failed worker) it runs after ``on_started_leading``
+        has returned, or once the Lease could have expired elsewhere; when it
+        returns every worker must have stopped, and the Lease is released
+        only if they did. On LOST it runs at once, without waiting for the
+        workers (client-go's order, kube-controller-manager's Fatalf): the
+        closed fence already keeps their writes in, and the caller is
+        expected to exit.
+
         ``on_new_leader(identity)`` runs in this thread whenever a different
         holder is observed, ourselves included; it must be quick.
         """
@@ -275,20 +301,28 @@ class LeaderElector:
             daemon=True,
         )
         worker.start()
+        outcome = ElectionOutcome.LOST
         try:
             outcome = self._renew()
         finally:
+            if outcome is ElectionOutcome.LOST:
+                self.fence.close("leader election lost")
             if self._metrics is not None:
                 self._metrics.leader_off(self.config.lease_name)
             stop.set()
-        # Bound the wait by when the Lease may expire elsewhere: past that,
-        # waiting longer buys nothing.
-        with self._cond:
-            expires = self._last_write + self.config.lease_duration
-        worker.join(timeout=max(0.0, expires - self._clock.monotonic()))
-        stopped_in_time = not worker.is_alive()
-        if not stopped_in_time:
-            self._log.error("on_started_leading has not returned; stopping anyway")
+        stopped_in_time = False
+        if outcome is not ElectionOutcome.LOST:
+            # Bound the wait by when the Lease may expire elsewhere: past
+            # that, waiting longer buys nothing. After a pause longer than
+            # the lease this waits not at all; the fence, not this wait, is
+            # what keeps a late worker's writes in.
+            with self._cond:
+                expires = self._last_write + self.config.lease_duration
+            worker.join(timeout=max(0.0, expires - self._clock.monotonic()))
+            stopped_in_time = not worker.is_alive()
+            if not stopped_in_time:
+                self._log.error("on_started_leading has not returned; stopping anyway")
+            self.fence.close(f"stopped leading ({outcome.value})")
         try:
             on_stopped_leading()
         except Exception:
@@ -360,14 +394,27 @@ class LeaderElector:
             while True:
                 now = self._clock.monotonic()
                 if now >= deadline:
+                    # Also where a process paused past its lease (SIGSTOP,
+                    # a frozen VM) finds itself when it runs again.
                     self._log.error(
                         "failed to renew lease within the renew deadline",
-                        extra={"renew_deadline": self.config.renew_deadline},
+                        extra={"renew_deadline": self.config.renew_deadline,
+                               "since_renewal": round(now - deadline + self.config.renew_deadline, 3)},
                     )
                     return ElectionOutcome.LOST
                 renewed = self.try_acquire_or_renew(deadline - now)
                 self._report_transition()
                 if renewed:
+                    with self._cond:
+                        fresh_until = self._last_write + self.config.renew_deadline
+                    if self._clock.monotonic() >= fresh_until:
+                        # The attempt outlived its own timeout: this process
+                        # was paused during it. Counted from when it started,
+                        # the renewal is already stale, so the fence stays
+                        # shut and the next round would end here anyway.
+                        self._log.error("lease renewed only after the renew deadline; "
+                                        "this process was paused")
+                        return ElectionOutcome.LOST
                     self._log.v(5).info("successfully renewed lease")
                     break
                 if not self.is_leader():
@@ -433,7 +480,7 @@ class LeaderElector:
                     extra={"error": e},
                 )
             else:
-                self._set_observed(stored, start)
+                self._renewed(stored, start)
                 return True
 
         # 2. Read the record, creating the Lease if there is none.
@@ -448,7 +495,7 @@ class LeaderElector:
             except Exception as e:
                 self._log.error("error creating lease", extra={"error": e})
                 return False
-            self._set_observed(stored, start)
+            self._renewed(stored, start)
             return True
 
         # 3. A changed record restarts the expiry clock.
@@ -475,7 +522,7 @@ class LeaderElector:
         except Exception as e:
             self._log.error("failed to update lease", extra={"error": e})
             return False
-        self._set_observed(stored, start)
+        self._renewed(stored, start)
         return True
 
     def _remaining(self, deadline: float) -> float:
@@ -493,6 +540,11 @@ class LeaderElector:
         if self._observed is None:
             return False
         return self._observed_time + self._observed.lease_duration_seconds > now
+
+    def _renewed(self, record: LeaderElectionRecord, started: float) -> None:
+        """We hold the Lease by a write whose request started at ``started``."""
+        self._set_observed(record, started)
+        self.fence.extend(started, self.config.renew_deadline, self.config.lease_duration)
 
     def _set_observed(self, record: LeaderElectionRecord, at: float) -> None:
         """Record a successful write of ours, sent at ``at``."""
