@@ -85,5 +85,10 @@ class ControllerMetrics:
         self.sync_seconds = Histogram(
             "gpuclaimctl_sync_duration_seconds", "Duration of one sync by key kind and result.",
             ["kind", "result"], buckets=SYNC_BUCKETS, registry=registry)
+        self._registry = registry
         if state is not None:
-            registry.register(_StateCollector(state))
+            self.set_state(state)
+
+    def set_state(self, state: Callable[[], StateSample]) -> None:
+        """Export the gauges computed by `state` at scrape time (once)."""
+        self._registry.register(_StateCollector(state))

@@ -1,6 +1,6 @@
 """UsageTracker: GPUs in use per node, applied event by event.
 
-The tracker must always agree with `inflight.used_capacity` over the
+The tracker must always agree with `capacity.used_capacity` over the
 objects it was last shown; the randomized test checks that after every
 event of many seeded sequences.
 """
@@ -51,9 +51,15 @@ def normalized(usage: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, in
     return {r: per_node for r, per_node in out.items() if per_node}
 
 
+def tracker_for(classes: Mapping[str, str]) -> UsageTracker:
+    t = UsageTracker()
+    t.set_classes(classes)
+    return t
+
+
 @pytest.fixture
 def tracker() -> UsageTracker:
-    return UsageTracker(CLASSES)
+    return tracker_for(CLASSES)
 
 
 # --- behaviour, one case at a time ------------------------------------------------
@@ -85,7 +91,7 @@ def test_updating_a_claim_replaces_what_it_held(tracker: UsageTracker) -> None:
 
 
 def test_a_pod_a_claim_reserves_counts_once_whichever_arrives_first() -> None:
-    claim_first, pod_first = UsageTracker(CLASSES), UsageTracker(CLASSES)
+    claim_first, pod_first = tracker_for(CLASSES), tracker_for(CLASSES)
     claim_first.set_claim(claim("c1", 2, "node-a", reserved=("p1",)))
     claim_first.set_pod(pod("p1", gpus=2))
     pod_first.set_pod(pod("p1", gpus=2))
@@ -93,13 +99,13 @@ def test_a_pod_a_claim_reserves_counts_once_whichever_arrives_first() -> None:
     assert normalized(claim_first.totals) == normalized(pod_first.totals) == {GPU: {"node-a": 2}}
 
 
-def test_a_pod_counts_by_its_requests_again_when_its_last_reserving_claim_goes(tracker: UsageTracker) -> None:
+def test_a_pod_counts_its_requests_beyond_its_claims_and_whole_when_they_go(tracker: UsageTracker) -> None:
     tracker.set_pod(pod("p1", gpus=3))
     tracker.set_claim(claim("c1", 1, "node-a", reserved=("p1",)))
     tracker.set_claim(claim("c2", 1, "node-a", reserved=("p1",)))
-    assert normalized(tracker.totals) == {GPU: {"node-a": 2}}
+    assert normalized(tracker.totals) == {GPU: {"node-a": 3}}  # 2 claimed + 1 beyond them
     tracker.delete_claim("c1")
-    assert normalized(tracker.totals) == {GPU: {"node-a": 1}}
+    assert normalized(tracker.totals) == {GPU: {"node-a": 3}}  # 1 claimed + 2 beyond
     tracker.set_claim(claim("c2", 1, "node-a"))  # reservation dropped, still bound
     assert normalized(tracker.totals) == {GPU: {"node-a": 4}}
 
@@ -134,22 +140,11 @@ def test_a_claim_of_a_class_the_tracker_does_not_know_counts_against_the_default
     assert normalized(tracker.totals) == {GPU: {"node-a": 2}}
 
 
-def test_pods_count_for_every_class_resource_and_the_default(tracker: UsageTracker) -> None:
+def test_pods_count_for_every_extended_resource(tracker: UsageTracker) -> None:
+    """Whichever class uses a resource now or later: no recount when classes change."""
     tracker.set_pod(pod("p1", gpus=2, resource=AMD))
-    tracker.set_pod(pod("p2", gpus=1, resource="example.com/other"))  # no class uses it
-    assert normalized(tracker.totals) == {AMD: {"node-a": 2}}
-
-
-def test_rebuild_starts_again_from_whole_lists_with_the_new_class_resources(tracker: UsageTracker) -> None:
-    tracker.set_claim(claim("old", 5, "node-z"))
-    tracker.set_pod(pod("old-pod", gpus=1, node="node-z"))
-    claims = [claim("c1", 2, "node-a", cls="mi300", reserved=("p1",))]
-    pods = [pod("p1", gpus=2, resource=AMD), pod("p2", gpus=1, resource="example.com/new")]
-    classes = {"mi300": AMD, "new": "example.com/new"}
-    tracker.rebuild(claims, pods, classes)
-    assert tracker.resource_of_class() == classes
-    assert normalized(tracker.totals) == {AMD: {"node-a": 2}, "example.com/new": {"node-a": 1}}
-    assert normalized(tracker.totals) == normalized(used_capacity(claims, pods, classes))
+    tracker.set_pod(pod("p2", gpus=1, resource="example.com/other"))  # no class uses it yet
+    assert normalized(tracker.totals) == {AMD: {"node-a": 2}, "example.com/other": {"node-a": 1}}
 
 
 # --- the invariant, over random event sequences ----------------------------------
@@ -171,6 +166,8 @@ def random_claim(rng: random.Random) -> Obj:
         # Reservations may name pods never seen and the same pod twice.
         reserved=tuple(rng.choice(POD_UIDS + ("ghost",)) for _ in range(rng.choice((0, 0, 1, 1, 2)))),
     )
+    if rng.random() < 0.5:
+        c["status"]["resourceName"] = rng.choice((GPU, AMD, "example.com/other"))
     return c
 
 
@@ -195,7 +192,7 @@ def random_pod(rng: random.Random) -> Obj:
 def test_totals_always_equal_used_capacity_of_the_objects_last_seen(seed: int) -> None:
     rng = random.Random(seed)
     classes: dict[str, str] = dict(CLASSES)
-    tracker = UsageTracker(classes)
+    tracker = tracker_for(classes)
     claims: dict[str, Obj] = {}
     pods: dict[str, Obj] = {}
     history: list[str] = []
@@ -222,12 +219,12 @@ def test_totals_always_equal_used_capacity_of_the_objects_last_seen(seed: int) -
             tracker.delete_pod(uid)
             history.append(f"delete_pod {uid}")
         elif roll < 0.88:
-            # Classes change their resource: the controller rebuilds.
+            # Classes change their resource or go.
             classes = rng.choice(({"a100": GPU, "mi300": AMD},
                                   {"a100": GPU, "mi300": "example.com/other"},
                                   {"a100": AMD}))
-            tracker.rebuild(list(claims.values()), list(pods.values()), classes)
-            history.append(f"rebuild {classes}")
+            tracker.set_classes(classes)
+            history.append(f"set_classes {classes}")
         else:
             continue
         want = normalized(used_capacity(claims.values(), pods.values(), classes))

@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl.client import kube
 from gpuclaimctl.cmd import logs
-from gpuclaimctl.controller import Controller
+from gpuclaimctl.controller import Controller, Settings
+from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.cmd.endpoints import Check, EndpointServer
 from gpuclaimctl.client.leaderelection import ElectionOutcome, LeaderElectionConfig, LeaderElector
 from gpuclaimctl.cmd.options import Options
@@ -76,9 +77,13 @@ def build(api_client: client.ApiClient, options: Options,
           registry: CollectorRegistry) -> tuple[SharedInformerFactory, Controller]:
     """Informers and the controller on them, with metrics in `registry`."""
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
-    controller = Controller(api_client, factory, options,
-                            queue_metrics=PrometheusWorkqueueMetricsProvider(registry))
-    controller.metrics = ControllerMetrics(registry, state=controller.state_sample)
+    settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
+                        node_lost_grace=options.node_lost_grace)
+    metrics = ControllerMetrics(registry)
+    controller = Controller(factory, Writer(api_client), settings, metrics=metrics,
+                            queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
+                            shutdown_timeout=options.shutdown_timeout)
+    metrics.set_state(controller.state_sample)
     return factory, controller
 
 

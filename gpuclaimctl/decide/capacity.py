@@ -27,9 +27,13 @@ def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) 
     still reserves: the node went NotReady, but the pod may still run there
     and use them when it comes back (until the pod is gone and its
     reservation dropped, counting them is the only safe guess; a NotReady
-    node takes no placements anyway). A claim whose class is gone still
-    holds its GPUs; it is counted against DEFAULT_RESOURCE_NAME, the only
-    resource we can guess for it.
+    node takes no placements anyway).
+
+    The resource is the one recorded in the claim's status when it was
+    bound (`status.resourceName`), so deleting or editing its class never
+    changes what a bound claim holds. Only a claim bound before that field
+    existed falls back to its class's resource (and, with the class gone,
+    to DEFAULT_RESOURCE_NAME); the claim sync records it for those.
     """
     status = claim.get("status") or {}
     node = status.get("nodeName")
@@ -40,7 +44,24 @@ def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) 
     count = spec.get("count")
     if not isinstance(count, int) or count <= 0:
         return None
-    return node, resource_of_class.get(spec.get("className", ""), DEFAULT_RESOURCE_NAME), count
+    resource = status.get("resourceName")
+    if not isinstance(resource, str) or not resource:
+        resource = resource_of_class.get(spec.get("className", ""), DEFAULT_RESOURCE_NAME)
+    return node, resource, count
+
+
+def extended_resources(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The extended resources (`vendor/name`, not `kubernetes.io/…`) any
+    container of the pod requests or limits."""
+    spec = pod.get("spec") or {}
+    out: set[str] = set()
+    for group in ("containers", "initContainers"):
+        for c in spec.get(group) or ():
+            res = c.get("resources") or {}
+            for key in list(res.get("requests") or ()) + list(res.get("limits") or ()):
+                if "/" in key and not key.startswith("kubernetes.io/"):
+                    out.add(key)
+    return frozenset(out)
 
 
 def pod_holds_node(pod: Mapping[str, Any]) -> bool:
@@ -71,14 +92,14 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> int:
     return total + overhead
 
 
-def pod_usage(pod: Mapping[str, Any], resources: Iterable[str]) -> Iterator[tuple[str, str, int]]:
-    """(node, resource, count) for each resource the pod requests, if it is
-    on a node and not finished. Whether claims already account for the pod
-    is the caller's question (`used_capacity` skips pods a claim reserves)."""
+def pod_usage(pod: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]:
+    """(node, resource, count) for each extended resource the pod requests,
+    if it is on a node and not finished. What claims already account for is
+    the caller's to subtract (`used_capacity`)."""
     if not pod_holds_node(pod):
         return
     node = pod["spec"]["nodeName"]
-    for resource in resources:
+    for resource in sorted(extended_resources(pod)):
         amount = pod_request(pod, resource)
         if amount > 0:
             yield node, resource, amount
@@ -89,32 +110,37 @@ def used_capacity(
     pods: Iterable[Mapping[str, Any]],
     resource_of_class: Mapping[str, str],
 ) -> dict[str, dict[str, int]]:
-    """resource -> node -> GPUs used by Bound claims and by pods whose GPUs
-    no claim accounts for. Pure.
+    """resource -> node -> GPUs used by Bound claims and by pods beyond
+    what their claims hold. Pure; the reference `state.usage.UsageTracker`
+    keeps incrementally.
 
-    A pod's container requests are skipped only when a claim reserves it:
-    then the claim is what holds its GPUs. A pod that names claims in its
-    annotation but that no claim reserves (never released by us, or its
-    claims' writes not seen yet) counts by its requests, erring towards
-    GPUs left idle rather than a node overcommitted.
+    A pod on a node counts its own requests of each extended resource minus
+    what the claims reserving it hold of that resource on that node: a pod
+    without claims counts whole, a pod whose containers ask for more than
+    its claims give counts the excess (the scheduler and the device plugin
+    count the requests, not the claims). A pod that names claims no claim
+    reserves yet counts by its requests, erring towards GPUs left idle
+    rather than a node overcommitted.
     """
     out: dict[str, dict[str, int]] = {}
-    reserved_pods: set[str] = set()
+    held_for_pod: dict[str, dict[tuple[str, str], int]] = {}
     for claim in claims:
-        for ref in (claim.get("status") or {}).get("reservedFor") or ():
-            reserved_pods.add(ref.get("uid", ""))
         held = claim_usage(claim, resource_of_class)
         if held is not None:
             node, resource, count = held
             per_node = out.setdefault(resource, {})
             per_node[node] = per_node.get(node, 0) + count
-    resources = set(resource_of_class.values()) | {DEFAULT_RESOURCE_NAME}
+        for pod_uid in {ref.get("uid", "") for ref in (claim.get("status") or {}).get("reservedFor") or ()}:
+            mine = held_for_pod.setdefault(pod_uid, {})
+            if held is not None:
+                mine[(held[0], held[1])] = mine.get((held[0], held[1]), 0) + held[2]
     for pod in pods:
-        if (pod.get("metadata") or {}).get("uid") in reserved_pods:
-            continue
-        for node, resource, amount in pod_usage(pod, resources):
-            per_node = out.setdefault(resource, {})
-            per_node[node] = per_node.get(node, 0) + amount
+        mine = held_for_pod.get((pod.get("metadata") or {}).get("uid", ""), {})
+        for node, resource, amount in pod_usage(pod):
+            excess = amount - mine.get((node, resource), 0)
+            if excess > 0:
+                per_node = out.setdefault(resource, {})
+                per_node[node] = per_node.get(node, 0) + excess
     return out
 
 

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl.model import api
+from gpuclaimctl.model.podclaims import has_gate, named_claims
 from gpuclaimctl.model.snapshot import parse_time
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -29,6 +30,7 @@ class Stale(StrEnum):
     REPLACED = "replaced"          # a pod of that name with another uid
     FINISHED = "finished"          # Succeeded or Failed
     UNSCHEDULED = "deleted-before-scheduling"
+    NOT_NAMED = "no-longer-named"  # a gated pod whose annotation dropped the claim
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,20 @@ class PodFacts:
     phase: str = ""
     node_name: str = ""
     deleting: bool = False
+    # Still gated by us, and no longer naming the claim in its annotation:
+    # a sync reserved the claim, then the user edited the annotation before
+    # the release. (A released pod may run with the GPUs whatever its
+    # annotation says now, so only a gated one lets go.)
+    gated_without_claim: bool = False
 
     @classmethod
-    def from_api(cls, pod: Mapping[str, Any]) -> PodFacts:
+    def from_api(cls, pod: Mapping[str, Any], claim_name: str = "") -> PodFacts:
         meta = pod.get("metadata") or {}
         return cls(uid=meta.get("uid", ""), phase=(pod.get("status") or {}).get("phase", ""),
                    node_name=(pod.get("spec") or {}).get("nodeName") or "",
-                   deleting=bool(meta.get("deletionTimestamp")))
+                   deleting=bool(meta.get("deletionTimestamp")),
+                   gated_without_claim=bool(claim_name) and has_gate(pod)
+                   and claim_name not in named_claims(pod))
 
 
 def reservation_verdict(ref_uid: str, pod: PodFacts | None) -> Stale | None:
@@ -57,6 +66,8 @@ def reservation_verdict(ref_uid: str, pod: PodFacts | None) -> Stale | None:
         return Stale.FINISHED
     if pod.deleting and not pod.node_name:
         return Stale.UNSCHEDULED
+    if pod.gated_without_claim:
+        return Stale.NOT_NAMED
     return None
 
 
@@ -102,6 +113,7 @@ def plan_claim(
     reject_for: float,
     nodes_changed: Mapping[str, datetime] | None = None,
     waited_for: bool = True,
+    class_resource: str | None = None,
 ) -> ClaimPlan:
     """Decide a claim's cleanup.
 
@@ -110,7 +122,10 @@ def plan_claim(
     for a claim nobody owns. `node` describes status.nodeName (None when the
     claim names no node). `nodes_changed` maps node names to when their
     allocatable, taints or readiness last changed. `waited_for` is False
-    when no pod that carries the gate names the claim.
+    when no pod that carries the gate names the claim. `class_resource` is
+    its class's resourceName (None: the class is gone), recorded on a claim
+    that holds GPUs without `status.resourceName` (bound by an older
+    version), so what it holds no longer depends on the class.
     """
     meta = claim.get("metadata") or {}
     status: dict[str, Any] = copy.deepcopy(dict(claim.get("status") or {}))
@@ -143,6 +158,7 @@ def plan_claim(
         if spec.get("reclaimPolicy", api.ReclaimPolicy.RELEASE) == api.ReclaimPolicy.RELEASE:
             status["phase"] = api.Phase.PENDING
             status.pop("nodeName", None)
+            status.pop("resourceName", None)
             phase = api.Phase.PENDING
             plan.status_changed = True
 
@@ -176,7 +192,13 @@ def plan_claim(
         status["rejectedNodes"] = live
         plan.status_changed = True
 
-    # 7. Waiting is there only while a pod waits for the claim: when its pod
+    # 7. Record the resource a claim bound by an older version holds.
+    if (status.get("nodeName") and status.get("phase") in (api.Phase.BOUND, api.Phase.LOST)
+            and not status.get("resourceName") and class_resource):
+        status["resourceName"] = class_resource
+        plan.status_changed = True
+
+    # 8. Waiting is there only while a pod waits for the claim: when its pod
     #    went (or was ungated by someone else), it goes, as it does when the
     #    claim is bound.
     conditions = status.get("conditions") or []

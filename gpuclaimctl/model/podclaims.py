@@ -26,6 +26,7 @@ from gpuclaimctl.model.api import (
     CLAIM_KIND,
     CLAIMS_ANNOTATION,
     POD_CLAIM_NAME_ANNOTATION,
+    SCHEDULING_GATE,
     TEMPLATE_CLAIM_LABEL,
     TEMPLATE_CLAIM_LABEL_VALUE,
 )
@@ -366,3 +367,21 @@ def _is_dns_label(value: str) -> bool:
 
 def _is_dns_subdomain(value: str) -> bool:
     return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+def has_gate(pod: Mapping[str, Any]) -> bool:
+    """The pod carries our scheduling gate."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+    return isinstance(gates, list) and any(
+        isinstance(g, Mapping) and g.get("name") == SCHEDULING_GATE for g in gates)
+
+
+def named_claims(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the GPUClaims the pod's annotation names (none if it is invalid)."""
+    try:
+        entries = pod_claims(pod)
+    except PodClaimsError:
+        return frozenset()
+    name = (pod.get("metadata") or {}).get("name", "")
+    return frozenset(e.claim_name(name) for e in entries)

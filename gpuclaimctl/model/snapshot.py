@@ -354,3 +354,8 @@ def parse_time(value: Any) -> datetime | None:
         return datetime.fromisoformat(value)
     except ValueError:
         return None
+
+
+def format_time(value: datetime) -> str:
+    """An RFC 3339 timestamp in whole seconds, as the API server writes them."""
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuclaimctl.model import api
-from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
+from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 
 # claims
 CLAIMS_BY_OWNER_POD = "claims-by-owner-pod"      # "ns/pod" of the controller owner Pod
@@ -22,11 +22,6 @@ PODS_BY_CLAIM = "pods-by-claim"                  # "ns/claim" for each claim a p
 WAITING_PODS = "waiting-pods"                    # "" for every pod that carries our gate
 
 Obj = dict[str, Any]
-
-
-def has_gate(pod: Obj) -> bool:
-    return any(g.get("name") == api.SCHEDULING_GATE
-               for g in _dicts(_field(pod, "spec").get("schedulingGates")))
 
 
 def node_ready(node: Obj | None) -> bool:

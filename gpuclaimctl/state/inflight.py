@@ -1,124 +1,178 @@
 """Placements decided but not yet seen back from the watch (DESIGN.md §4).
 
-Three things use a node's GPUs: claims Bound there (all namespaces), pods
-bound there that request the resource without claims and have not
-finished, and placements this controller has decided but not yet seen come
-back from its watch. The first two are pure functions of informer objects
-(`used_capacity`, or `claim_usage`/`pod_usage` per object for an
-incremental index); the third is `InFlightPlacements`, a TTL cache that
-keeps many workers and a lagging informer from deciding twice on the same
-free GPUs.
+A worker that decides to bind a claim on a node counts those GPUs here
+from the moment of the decision until the claim informer shows a version
+of the claim that accounts for the write — whatever the write's fate:
 
-No client, nothing started at import; the cache's clock is injected.
+- written: the answer carried the new resourceVersion; the entry ends when
+  the informer shows that version or a later one (`rv_seen >= written`);
+- refused (a 4xx: nothing was written) or its answer lost (a timeout, a
+  dropped connection, a 5xx: it may or may not have landed): every write
+  carries the resourceVersion it was computed from, so the next version of
+  the claim after that one is our write if it landed, or someone else's
+  change that made it fail. The entry ends once the informer shows any
+  version newer than the base (`rv_seen > base`);
+- still on the wire: the entry never ends by observation.
+
+There is no time-to-live: an entry that ended on a clock while the watch
+lagged behind would uncount GPUs in use (DESIGN I1). A lost answer whose
+write did not land and that nothing else follows leaves the claim at its
+base version; `unresolved()` lists those, and the claim sync settles each
+with one live read.
+
+resourceVersions are compared as integers, as the scheduler's assume cache
+does (etcd revisions); one that does not parse never ends an entry by
+observation.
+
+Each entry carries the pod it was decided for, so another pod naming the
+same claim sees it reserved (ClaimInUse) rather than free.
+
+Not thread-safe on its own: `ClusterView` owns the lock and calls these
+methods with it held.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
-from gpuclaimctl.model.api import Phase
+from gpuclaimctl.model.snapshot import PodRef
 
-# Long enough to cover any watch lag we expect; an entry that outlives its
-# write (the watch skipped the Bound state during a relist, say) only keeps
-# GPUs idle for this long. Never shorter than the worst watch lag, or a node
-# can be overcommitted.
-DEFAULT_TTL_SECONDS = 60.0
+
+class WriteState(enum.Enum):
+    SENDING = "sending"    # decided; the write is on the wire
+    WRITTEN = "written"    # the API server answered with a new resourceVersion
+    SETTLING = "settling"  # refused or answer lost: ends with any newer version
 
 
 @dataclass(frozen=True)
 class InFlight:
     claim_uid: str
+    pod: PodRef
     node: str
     resource: str
     count: int
-    expires: float
+    # The claim's resourceVersion the write is based on.
+    base: int
+    state: WriteState = WriteState.SENDING
+    # With WRITTEN, the resourceVersion the API server answered.
+    written: int = 0
+
+    def ended_by(self, rv_seen: int) -> bool:
+        """Does a claim version `rv_seen` account for this write?"""
+        if self.state is WriteState.WRITTEN:
+            return rv_seen >= self.written
+        if self.state is WriteState.SETTLING:
+            return rv_seen > self.base
+        return False
+
+
+def parse_rv(value: object) -> int:
+    """A resourceVersion as an int; -1 (older than any) when absent or opaque."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return -1
 
 
 class InFlightPlacements:
-    """Placements written (or being written) but not yet seen by the informer.
+    """claim uid -> the placement being written for it. Invariant: every
+    entry's claim has not yet been shown by the informer at a version that
+    ends it (`InFlight.ended_by`), and the informer's last seen version of
+    each claim is in `_seen`."""
 
-    Use: hold `lock` across reading usage, `decide` and `add`, so two workers
-    cannot both decide on the same free GPUs; `forget` when the write fails;
-    `observe` from the claim informer's handlers (after the store holds the
-    new object, so the claim is counted there before it stops counting
-    here). Thread-safe.
-    """
-
-    def __init__(self, ttl: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl = ttl
-        self._clock = clock
-        # Reentrant, so a caller holding it for a decision can still call
-        # the methods below.
-        self.lock = threading.RLock()
-        # claim uid -> entry; every entry is unexpired or not yet pruned.
+    def __init__(self) -> None:
         self._entries: dict[str, InFlight] = {}
+        # claim uid -> the newest resourceVersion the informer has shown.
+        self._seen: dict[str, int] = {}
 
-    def add(self, claim_uid: str, node: str, resource: str, count: int) -> None:
-        """Count `count` GPUs of `resource` on `node` for the claim from now
-        until the informer shows it Bound there or the TTL passes. A second
-        add for the same claim replaces the first."""
-        with self.lock:
-            self._entries[claim_uid] = InFlight(claim_uid, node, resource, count, self._clock() + self._ttl)
+    def add(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
+            base: str | int) -> None:
+        """Count the GPUs from now on. A second add for the claim replaces the first."""
+        b = base if isinstance(base, int) else parse_rv(base)
+        self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, b)
+
+    def add_seen_elsewhere(self, claim_uid: str, pod: PodRef, node: str, resource: str,
+                           count: int, rv: str) -> None:
+        """A claim a live read shows Bound at `rv` that the informer has not
+        shown yet (a new leader's catch-up): counted until it does."""
+        self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, -1,
+                                            WriteState.WRITTEN, parse_rv(rv))
+        self._end_if_seen(claim_uid)
+
+    def written(self, claim_uid: str, rv: str) -> None:
+        """The write was answered with resourceVersion `rv`."""
+        entry = self._entries.get(claim_uid)
+        if entry is not None:
+            self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=parse_rv(rv))
+            self._end_if_seen(claim_uid)
+
+    def settling(self, claim_uid: str, base: str | None = None) -> None:
+        """The write failed (refused, or its answer lost): the entry ends with
+        the next version after `base` (default: the entry's own base)."""
+        entry = self._entries.get(claim_uid)
+        if entry is not None:
+            b = entry.base if base is None else parse_rv(base)
+            self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, base=b)
+            self._end_if_seen(claim_uid)
+
+    def settled(self, claim_uid: str, live_rv: str) -> None:
+        """A live read shows the claim at `live_rv`: once the informer shows
+        that version, it accounts for whatever the write did."""
+        entry = self._entries.get(claim_uid)
+        if entry is None:
+            return
+        rv = parse_rv(live_rv)
+        if rv <= entry.base and entry.state is WriteState.SETTLING:
+            # Nothing changed since the base: the write did not land.
+            del self._entries[claim_uid]
+            return
+        self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=rv)
+        self._end_if_seen(claim_uid)
+
+    def observe(self, claim_uid: str, rv: str) -> bool:
+        """The informer shows the claim at `rv`; True if that ended an entry."""
+        seen = parse_rv(rv)
+        if seen > self._seen.get(claim_uid, -1):
+            self._seen[claim_uid] = seen
+        return self._end_if_seen(claim_uid)
 
     def forget(self, claim_uid: str) -> None:
-        """The write failed (or was never made): the claim holds nothing."""
-        with self.lock:
-            self._entries.pop(claim_uid, None)
+        """The write was never sent: the claim holds nothing for it."""
+        self._entries.pop(claim_uid, None)
 
-    def observe(self, claim_uid: str, phase: str | None, node_name: str | None) -> None:
-        """The informer shows the claim: Bound on the in-flight node ends the
-        entry, as does phase None (the claim is gone). Anything else is an
-        older version of the claim, so the entry stays."""
-        with self.lock:
-            entry = self._entries.get(claim_uid)
-            if entry is None:
-                return
-            if phase is None or (phase == Phase.BOUND and node_name == entry.node):
-                del self._entries[claim_uid]
-
-    def observe_claim(self, claim: Mapping[str, Any] | None, *, deleted: bool = False) -> None:
-        """observe() for a raw claim object from an informer event."""
-        if claim is None:
-            return
-        uid = (claim.get("metadata") or {}).get("uid", "")
-        status = claim.get("status") or {}
-        # A claim with no phase yet is Pending (just created), not gone:
-        # reading it as gone dropped the entry of every template claim whose
-        # creation event arrived after its placement was decided.
-        phase = None if deleted else (status.get("phase") or Phase.PENDING)
-        self.observe(uid, phase, status.get("nodeName"))
+    def gone(self, claim_uid: str) -> bool:
+        """The informer shows the claim deleted: it holds nothing any more."""
+        self._seen.pop(claim_uid, None)
+        return self._entries.pop(claim_uid, None) is not None
 
     def get(self, claim_uid: str) -> InFlight | None:
-        with self.lock:
-            entry = self._entries.get(claim_uid)
-            if entry is not None and entry.expires <= self._clock():
-                del self._entries[claim_uid]
-                return None
-            return entry
+        return self._entries.get(claim_uid)
 
-    def usage(self, exclude: Collection[str] = ()) -> dict[str, dict[str, int]]:
-        """resource -> node -> GPUs in flight, without claims in `exclude`."""
-        with self.lock:
-            self._prune()
-            out: dict[str, dict[str, int]] = {}
-            for uid, e in self._entries.items():
-                if uid in exclude:
-                    continue
-                per_node = out.setdefault(e.resource, {})
-                per_node[e.node] = per_node.get(e.node, 0) + e.count
-            return out
+    def unresolved(self) -> list[InFlight]:
+        """Settling entries whose claim the informer still shows at the base."""
+        return [e for e in self._entries.values()
+                if e.state is WriteState.SETTLING and self._seen.get(e.claim_uid, -1) <= e.base]
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        """resource -> node -> GPUs in flight."""
+        out: dict[str, dict[str, int]] = {}
+        for e in self._entries.values():
+            per_node = out.setdefault(e.resource, {})
+            per_node[e.node] = per_node.get(e.node, 0) + e.count
+        return out
+
+    def __iter__(self) -> Iterator[InFlight]:
+        return iter(list(self._entries.values()))
 
     def __len__(self) -> int:
-        with self.lock:
-            self._prune()
-            return len(self._entries)
+        return len(self._entries)
 
-    def _prune(self) -> None:
-        now = self._clock()
-        expired = [uid for uid, e in self._entries.items() if e.expires <= now]
-        for uid in expired:
-            del self._entries[uid]
+    def _end_if_seen(self, claim_uid: str) -> bool:
+        entry = self._entries.get(claim_uid)
+        seen = self._seen.get(claim_uid)
+        if entry is not None and seen is not None and entry.ended_by(seen):
+            del self._entries[claim_uid]
+            return True
+        return False
+

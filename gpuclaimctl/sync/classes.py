@@ -12,14 +12,12 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuclaimctl.model import api
-from gpuclaimctl.state import indexes
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
-
-if TYPE_CHECKING:
-    from gpuclaimctl.controller import Controller
+from gpuclaimctl.state import indexes
+from gpuclaimctl.sync.context import SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.classes")
 Obj = dict[str, Any]
@@ -37,18 +35,17 @@ def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
     return {"nodes": offering, "allocatable": allocatable, "bound": bound}
 
 
-def sync_class(ctl: Controller, name: str) -> None:
-    obj = ctl.classes.get(name)
+def sync_class(ctx: SyncContext, name: str) -> None:
+    obj = ctx.classes.get(name)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return
     cls = ClassInfo.from_api(obj)
-    with ctl.placement_lock:
-        nodes = list(ctl.cluster().nodes.values())
-    figures = class_figures(cls, nodes, ctl.claims.by_index(indexes.CLAIMS_BY_CLASS, name))
+    nodes = list(ctx.view.cluster().nodes.values())
+    figures = class_figures(cls, nodes, ctx.claims.by_index(indexes.CLAIMS_BY_CLASS, name))
     status = obj.get("status") or {}
     if all(status.get(k) == v for k, v in figures.items()):
         return
     updated = copy.deepcopy(obj)
     updated["status"] = {**status, **figures}
-    ctl.writer.update_class_status(updated)
+    ctx.writer.update_class_status(updated)
     log.debug("class status written", extra={"class": name, **figures})

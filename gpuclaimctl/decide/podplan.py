@@ -1,0 +1,204 @@
+"""What a `pod:` sync will write, as plain values (DESIGN.md §3, §5).
+
+`resolve` turns a pod's annotation entries into the claims they name,
+the claims to create first, or why an entry cannot be used; the bodies
+below are the objects each write sends. Pure: no client, no clock (`now`
+is passed in), no globals; `sync.pods` reads the caches, calls these and
+`placement.decide`, and applies the result.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpuclaimctl.decide.claimplan import owner_name, template_owner_uid
+from gpuclaimctl.decide.placement import ClaimWait
+from gpuclaimctl.model import api
+from gpuclaimctl.model.nodeaffinity import pin_to_node
+from gpuclaimctl.model.podclaims import ClaimEntry, EntrySource, is_template_claim_of, template_claim
+from gpuclaimctl.model.snapshot import Rejection, UnresolvedClaim, format_time
+
+Obj = dict[str, Any]
+Lookup = Callable[[str, str], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Found:
+    claim: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToCreate:
+    body: Obj
+    entry: ClaimEntry
+
+
+Resolved = Found | ToCreate | UnresolvedClaim
+
+
+def resolve(pod: Mapping[str, Any], entries: Sequence[ClaimEntry], get_claim: Lookup,
+            get_template: Lookup) -> list[Resolved]:
+    """Each entry's claim: found, to be created, or why it cannot be used."""
+    meta = pod["metadata"]
+    ns, pod_name, pod_uid = meta["namespace"], meta["name"], meta.get("uid", "")
+    out: list[Resolved] = []
+    for entry in entries:
+        name = entry.claim_name(pod_name)
+        claim = get_claim(ns, name)
+        if entry.source is EntrySource.CLAIM:
+            out.append(_named_claim(claim, name, ns, pod_uid))
+        elif claim is not None:
+            out.append(_template_claim(claim, name, entry, pod_name, pod_uid))
+        elif entry.source is EntrySource.TEMPLATE:
+            template = get_template(ns, entry.template or "")
+            if template is None:
+                out.append(UnresolvedClaim(name, api.WaitReason.CLAIM_MISSING,
+                                           f"GPUClaimTemplate {entry.template!r} does not exist in {ns}"))
+            else:
+                out.append(ToCreate(template_claim(pod, entry, template.get("spec") or {}), entry))
+        else:
+            out.append(ToCreate(template_claim(pod, entry, None), entry))
+    return out
+
+
+def _named_claim(claim: Mapping[str, Any] | None, name: str, ns: str, pod_uid: str) -> Resolved:
+    if claim is None:
+        return UnresolvedClaim(name, api.WaitReason.CLAIM_MISSING,
+                               f"GPUClaim {name!r} does not exist in {ns}")
+    owner = template_owner_uid(claim)
+    if owner and owner != pod_uid:
+        # A template claim belongs to its owner pod alone (DESIGN I2).
+        return UnresolvedClaim(name, api.WaitReason.CLAIM_IN_USE,
+                               f"GPUClaim {name!r} was made for pod {owner_name(claim)!r} from its "
+                               "template or inline entry and serves that pod alone; name a "
+                               "GPUClaim of your own")
+    return Found(claim)
+
+
+def _template_claim(claim: Mapping[str, Any], name: str, entry: ClaimEntry, pod_name: str,
+                    pod_uid: str) -> Resolved:
+    if is_template_claim_of(claim, pod_uid):
+        return Found(claim)
+    if template_owner_uid(claim) and owner_name(claim) == pod_name:
+        # A pod recreated under the same name (a StatefulSet's): its
+        # predecessor's claim goes first; the claim sync deletes it.
+        return UnresolvedClaim(name, api.WaitReason.CLAIM_IN_USE,
+                               f"GPUClaim {name!r} still belongs to an earlier pod named "
+                               f"{pod_name!r}; waiting for it to be deleted")
+    return UnresolvedClaim(name, api.WaitReason.NAME_TAKEN,
+                           f"GPUClaim {name!r} exists and is not this pod's claim for "
+                           f"entry {entry.name!r}; delete or rename it")
+
+
+# -- write bodies -----------------------------------------------------------------------
+
+
+def pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
+    meta = pod["metadata"]
+    return {"name": meta["name"], "uid": meta["uid"]}
+
+
+def waiting_condition(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for c in (claim.get("status") or {}).get("conditions") or ():
+        if c.get("type") == api.CONDITION_WAITING:
+            return c  # type: ignore[no-any-return]
+    return None
+
+
+def bound_as_planned(claim: Mapping[str, Any], pod: Mapping[str, Any], node: str, resource: str) -> bool:
+    """The claim already says what a bind would write (a resumed sync)."""
+    status = claim.get("status") or {}
+    return (status.get("phase") == api.Phase.BOUND and status.get("nodeName") == node
+            and status.get("reservedFor") == [pod_ref(pod)]
+            and status.get("resourceName") == resource and waiting_condition(claim) is None
+            and api.CLAIM_FINALIZER in (claim["metadata"].get("finalizers") or ()))
+
+
+def with_finalizer(claim: Mapping[str, Any]) -> Obj | None:
+    """The claim with our finalizer, or None if it has it."""
+    if api.CLAIM_FINALIZER in (claim["metadata"].get("finalizers") or ()):
+        return None
+    out = copy.deepcopy(dict(claim))
+    out["metadata"].setdefault("finalizers", []).append(api.CLAIM_FINALIZER)
+    return out
+
+
+def bound_claim(claim: Mapping[str, Any], pod: Mapping[str, Any], node: str, resource: str) -> Obj:
+    """The claim Bound on `node`, reserved for `pod`, counted under `resource`."""
+    out = copy.deepcopy(dict(claim))
+    st = out.setdefault("status", {})
+    st["phase"] = api.Phase.BOUND
+    st["nodeName"] = node
+    st["resourceName"] = resource
+    st["reservedFor"] = [pod_ref(pod)]
+    st["conditions"] = [c for c in st.get("conditions") or () if c.get("type") != api.CONDITION_WAITING]
+    return out
+
+
+def waiting_claim(claim: Mapping[str, Any], wait: ClaimWait, now: datetime) -> Obj | None:
+    """The claim with Waiting=True for `wait`, or None if it says so already."""
+    current = waiting_condition(claim)
+    if (current is not None and current.get("reason") == wait.reason
+            and current.get("message") == wait.message and current.get("status") == "True"):
+        return None
+    out = copy.deepcopy(dict(claim))
+    st = out.setdefault("status", {})
+    conds = [c for c in st.get("conditions") or () if c.get("type") != api.CONDITION_WAITING]
+    conds.append({"type": api.CONDITION_WAITING, "status": "True", "reason": str(wait.reason),
+                  "message": wait.message[:32000], "lastTransitionTime": format_time(now),
+                  "observedGeneration": claim["metadata"].get("generation", 1)})
+    st["conditions"] = conds
+    return out
+
+
+def rejected_claim(claim: Mapping[str, Any], rejection: Rejection) -> Obj:
+    out = copy.deepcopy(dict(claim))
+    st = out.setdefault("status", {})
+    rejected = [r for r in st.get("rejectedNodes") or () if r.get("nodeName") != rejection.node_name]
+    rejected.append({"nodeName": rejection.node_name, "reason": rejection.reason,
+                     "until": format_time(rejection.until)})
+    st["rejectedNodes"] = rejected
+    return out
+
+
+def unreserved_claim(claim: Mapping[str, Any], pod_uid: str) -> Obj | None:
+    """The claim without `pod_uid` in reservedFor, or None if it is not there."""
+    refs = (claim.get("status") or {}).get("reservedFor") or []
+    keep = [r for r in refs if r.get("uid") != pod_uid]
+    if len(keep) == len(refs):
+        return None
+    out = copy.deepcopy(dict(claim))
+    out["status"]["reservedFor"] = keep
+    return out
+
+
+def released_pod(pod: Mapping[str, Any], node: str) -> Obj:
+    """A copy of `pod` without our gate, pinned to `node` and marked as placed by us."""
+    released = copy.deepcopy(dict(pod))
+    spec = released["spec"]
+    spec["schedulingGates"] = [g for g in spec.get("schedulingGates") or ()
+                               if g.get("name") != api.SCHEDULING_GATE]
+    spec["affinity"] = pin_to_node(spec.get("affinity"), node)
+    released["metadata"].setdefault("annotations", {})[api.PLACED_NODE_ANNOTATION] = node
+    return released
+
+
+def controller_owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The object's controller ownerReference, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref  # type: ignore[no-any-return]
+    return None
+
+
+def set_key(pod: Mapping[str, Any], entries: Sequence[ClaimEntry]) -> tuple[str, str]:
+    """Who a rejection of template/inline claims applies to: the pod's owner
+    (a Job's or ReplicaSet's next pod inherits it), or the pod itself."""
+    meta = pod["metadata"]
+    owner = controller_owner(pod)
+    who = (owner or {}).get("uid") or f"pod/{meta['name']}"
+    return meta["namespace"], who + "|" + ",".join(sorted(e.name for e in entries))

@@ -1,0 +1,37 @@
+"""What the controller remembers between syncs, bounded so a long-running
+process keeps a flat memory. Each is thread-safe (LockedCache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cachetools import LRUCache, TTLCache
+
+from gpuclaimctl.model.snapshot import Rejection
+from gpuclaimctl.state.lockedcache import LockedCache
+
+# Deleted pod uids remembered so a stale reservation needs no API call.
+DELETED_PODS_REMEMBERED = 50_000
+# One waiting reason per pod, so it gets one event per change.
+TOLD_REMEMBERED = 100_000
+SET_REJECTIONS_REMEMBERED = 10_000
+
+
+def _set_rejections(reject_for: float) -> LockedCache[tuple[str, str], tuple[Rejection, ...]]:
+    return LockedCache(TTLCache(maxsize=SET_REJECTIONS_REMEMBERED, ttl=max(reject_for, 1.0)))
+
+
+@dataclass
+class Memories:
+    reject_for: float = 600.0
+    deleted_pods: LockedCache[str, bool] = field(
+        default_factory=lambda: LockedCache(LRUCache(DELETED_PODS_REMEMBERED)))
+    # The last waiting reason (and message) told to each pod.
+    told: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # Rejections of template and inline sets: their claims die with the
+    # refused pod, so the rejection lives with the set's identity (the
+    # pod's owner and the entries) here, for --reject-for at most.
+    set_rejections: LockedCache[tuple[str, str], tuple[Rejection, ...]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.set_rejections = _set_rejections(self.reject_for)

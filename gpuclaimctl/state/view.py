@@ -1,0 +1,291 @@
+"""The view of the cluster that event handlers update and workers decide on.
+
+One class owns the state shared between informer handler threads and
+worker threads, and its lock: the usage map (claims bound, pods' requests),
+the placements in flight, the nodes and classes placement reads, and when
+each node last changed or went unhealthy.
+
+Invariant (DESIGN I1): at every moment a decision can read, `used()` counts
+every GPU that is or may be bound on each node — claims the informer shows
+holding GPUs, pods' requests beyond their claims, and every placement
+decided but not yet shown back by the informer. Handlers apply a change
+here before they enqueue the keys it affects, so a worker never decides on
+usage older than the event that woke it; a decision reads `used()`,
+decides and records its placements with the lock held throughout, so no
+two decisions count the same free GPUs.
+
+Pure functions get copies, never the live dicts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpuclaimctl.decide.capacity import claim_usage, combine, extended_resources
+from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
+from gpuclaimctl.state.inflight import InFlight, InFlightPlacements
+from gpuclaimctl.state.usage import UsageTracker
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an event did to the view: did it free GPUs (wake waiting pods)?"""
+
+    freed: bool = False
+
+
+class ClusterView:
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+        # Reentrant: a decision holding it may call the methods below.
+        self.lock = threading.RLock()
+        self.usage = UsageTracker()
+        self.inflight = InFlightPlacements()
+        self._nodes: dict[str, NodeInfo] = {}
+        self._classes: dict[str, ClassInfo] = {}
+        self._cluster: Cluster | None = None
+        # When a node went NotReady or vanished (for Lost), and when its
+        # allocatable, taints or readiness last changed (ends rejections).
+        self._unhealthy_since: dict[str, datetime] = {}
+        self._changed_at: dict[str, datetime] = {}
+
+    # -- claims --------------------------------------------------------------------------
+
+    def apply_claim(self, old: Obj | None, new: Obj) -> Change:
+        """The informer shows `new` (after `old`, possibly another uid)."""
+        uid = new["metadata"]["uid"]
+        with self.lock:
+            before = self._held_pairs(uid)
+            if old is not None and old["metadata"].get("uid") != uid:
+                before |= self._held_pairs(old["metadata"]["uid"])
+                self._forget_claim(old["metadata"]["uid"])
+            totals = self._totals_at(before)
+            # Usage first, then in flight: the GPUs are never uncounted.
+            self.usage.set_claim(new)
+            self.inflight.observe(uid, new["metadata"].get("resourceVersion", ""))
+            return Change(freed=self._less(before, totals))
+
+    def delete_claim(self, claim: Obj) -> Change:
+        uid = claim["metadata"]["uid"]
+        with self.lock:
+            before = self._held_pairs(uid)
+            totals = self._totals_at(before)
+            self._forget_claim(uid)
+            return Change(freed=self._less(before, totals))
+
+    def _forget_claim(self, uid: str) -> None:
+        self.usage.delete_claim(uid)
+        self.inflight.gone(uid)
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def apply_pod(self, old: Obj | None, new: Obj) -> Change:
+        with self.lock:
+            nodes = self._pod_pairs(old, new)
+            totals = self._totals_at(nodes)
+            if old is not None and old["metadata"].get("uid") != new["metadata"].get("uid"):
+                self.usage.delete_pod(old["metadata"]["uid"])
+            self.usage.set_pod(new)
+            return Change(freed=self._less(nodes, totals))
+
+    def delete_pod(self, pod: Obj) -> Change:
+        with self.lock:
+            nodes = self._pod_pairs(pod, None)
+            totals = self._totals_at(nodes)
+            self.usage.delete_pod(pod["metadata"]["uid"])
+            return Change(freed=self._less(nodes, totals))
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def apply_node(self, node: Obj, *, ready: bool, not_ready_since: datetime | None,
+                   health_changed: bool, recreated: bool) -> bool:
+        """The informer shows `node`. True if anything placement reads changed."""
+        name = node["metadata"]["name"]
+        info = NodeInfo.from_api(node)
+        with self.lock:
+            if recreated and name in self._unhealthy_since:
+                self._changed_at[name] = self._now()
+            if ready:
+                self._unhealthy_since.pop(name, None)
+            else:
+                self._unhealthy_since.setdefault(name, not_ready_since or self._now())
+            if health_changed:
+                self._changed_at[name] = self._now()
+            if self._nodes.get(name) == info:
+                return False
+            self._nodes[name] = info
+            if self._cluster is not None:
+                self._cluster = self._cluster.with_node(info)
+            return True
+
+    def delete_node(self, name: str) -> None:
+        with self.lock:
+            self._unhealthy_since.setdefault(name, self._now())
+            self._nodes.pop(name, None)
+            if self._cluster is not None:
+                self._cluster = self._cluster.without_node(name)
+
+    def unhealthy_since(self, name: str) -> datetime:
+        """Since when the node has been NotReady or gone; now, if this is
+        the first we hear of it (a node that went while we were down)."""
+        with self.lock:
+            return self._unhealthy_since.setdefault(name, self._now())
+
+    def nodes_changed(self) -> dict[str, datetime]:
+        """node -> when its allocatable, taints or readiness last changed (a copy)."""
+        with self.lock:
+            return dict(self._changed_at)
+
+    def node_changed_at(self, name: str) -> datetime | None:
+        with self.lock:
+            return self._changed_at.get(name)
+
+    # -- classes ----------------------------------------------------------------------------
+
+    def apply_class(self, obj: Obj) -> Change:
+        info = ClassInfo.from_api(obj)
+        with self.lock:
+            if self._classes.get(info.name) == info:
+                return Change()
+            self._classes[info.name] = info
+            return self._classes_changed()
+
+    def delete_class(self, name: str) -> Change:
+        with self.lock:
+            if self._classes.pop(name, None) is None:
+                return Change()
+            return self._classes_changed()
+
+    def _classes_changed(self) -> Change:
+        self._cluster = None
+        moved = self.usage.set_classes({c.name: c.resource_name for c in self._classes.values()})
+        return Change(freed=moved)
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    @contextmanager
+    def deciding(self) -> Iterator[Decider]:
+        """Hold the lock across reading usage, deciding and recording."""
+        with self.lock:
+            yield Decider(self)
+
+    def cluster(self) -> Cluster:
+        with self.lock:
+            if self._cluster is None:
+                self._cluster = Cluster(self._nodes.values(), self._classes.values())
+            return self._cluster
+
+    def used(self) -> dict[str, Mapping[str, int]]:
+        """resource -> node -> GPUs used or in flight (a fresh map)."""
+        with self.lock:
+            return combine(self.usage.totals, self.inflight.usage())
+
+    def in_flight(self, claim_uid: str) -> InFlight | None:
+        with self.lock:
+            return self.inflight.get(claim_uid)
+
+    # -- the fate of a write (pod sync) -----------------------------------------------------
+
+    def written(self, claim_uid: str, rv: str) -> None:
+        with self.lock:
+            self.inflight.written(claim_uid, rv)
+
+    def write_failed(self, claim_uid: str, base: str | None = None) -> None:
+        """Refused, or its answer lost: counted until a newer version shows."""
+        with self.lock:
+            self.inflight.settling(claim_uid, base)
+
+    def not_sent(self, claim_uid: str) -> None:
+        with self.lock:
+            self.inflight.forget(claim_uid)
+
+    def settled(self, claim_uid: str, live_rv: str) -> None:
+        with self.lock:
+            self.inflight.settled(claim_uid, live_rv)
+
+    def unresolved(self) -> list[InFlight]:
+        with self.lock:
+            return self.inflight.unresolved()
+
+    # -- taking over --------------------------------------------------------------------------
+
+    def catch_up(self, listed: Iterable[Obj], cached: Callable[[str, str], Obj | None]) -> int:
+        """Count as in flight every claim a consistent list shows holding GPUs
+        that the cache does not show holding them yet; return how many."""
+        added = 0
+        with self.lock:
+            resource_of_class = self.usage.resource_of_class()
+            for claim in listed:
+                held = claim_usage(claim, resource_of_class)
+                if held is None:
+                    continue
+                meta = claim["metadata"]
+                in_cache = cached(meta.get("namespace", ""), meta.get("name", ""))
+                if in_cache is not None and claim_usage(in_cache, resource_of_class) == held \
+                        and in_cache["metadata"].get("uid") == meta.get("uid"):
+                    continue
+                refs = (claim.get("status") or {}).get("reservedFor") or [{}]
+                pod = PodRef(refs[0].get("name", ""), refs[0].get("uid", ""))
+                node, resource, count = held
+                self.inflight.add_seen_elsewhere(meta.get("uid", ""), pod, node, resource, count,
+                                                 meta.get("resourceVersion", ""))
+                added += 1
+        return added
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _held_pairs(self, claim_uid: str) -> set[tuple[str, str]]:
+        pairs = set()
+        held = self.usage.claim_held(claim_uid)
+        if held is not None:
+            pairs.add((held[0], held[1]))
+        entry = self.inflight.get(claim_uid)
+        if entry is not None:
+            pairs.add((entry.node, entry.resource))
+        return pairs
+
+    def _pod_pairs(self, *pods: Obj | None) -> set[tuple[str, str]]:
+        pairs: set[tuple[str, str]] = set()
+        for pod in pods:
+            node = ((pod or {}).get("spec") or {}).get("nodeName")
+            if pod is not None and node:
+                pairs.update((node, r) for r in extended_resources(pod))
+        return pairs
+
+    def _totals_at(self, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        inflight = self.inflight.usage() if pairs else {}
+        return {(n, r): self.usage.totals.get(r, {}).get(n, 0) + inflight.get(r, {}).get(n, 0)
+                for n, r in pairs}
+
+    def _less(self, pairs: set[tuple[str, str]], before: Mapping[tuple[str, str], int]) -> bool:
+        after = self._totals_at(pairs)
+        return any(after[p] < before[p] for p in pairs)
+
+
+class Decider:
+    """One decision's access to the view, with its lock held."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._view.cluster()
+
+    def used(self) -> Usage:
+        return self._view.used()
+
+    def in_flight(self, claim_uid: str) -> InFlight | None:
+        return self._view.inflight.get(claim_uid)
+
+    def record(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
+               base: str) -> None:
+        """Count a placement just decided, until its write is seen back."""
+        self._view.inflight.add(claim_uid, pod, node, resource, count, base)

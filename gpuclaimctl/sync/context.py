@@ -1,0 +1,54 @@
+"""What a sync may use: a small frozen context, handed in by the controller.
+
+A sync module takes this and nothing wider, and never imports the module
+that wires it (controller.py), so it can be driven by fakes — listers over
+hand-filled stores, an in-memory API behind the writer — as the
+deterministic simulation does (tests/test_simulation.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuclaimctl.client.writer import Writer
+from gpuclaimctl.model.api import Strategy
+from gpuclaimctl.state.memories import Memories
+from gpuclaimctl.state.turnstile import AgeTurnstile
+from gpuclaimctl.state.view import ClusterView
+from informers import GPUClaimLister, GPUClaimTemplateLister, GPUClassLister, NodeLister, PodLister
+from metrics.controller import ControllerMetrics
+
+# The queue's key kinds: `pod:ns/name`, `claim:ns/name`, `class:name`.
+POD = "pod:"
+CLAIM = "claim:"
+CLASS = "class:"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options a sync reads (from `gpuclaimctl run`'s flags)."""
+
+    strategy: Strategy = Strategy.BINPACK
+    reject_for: float = 600.0
+    node_lost_grace: float = 300.0
+
+
+@dataclass(frozen=True)
+class SyncContext:
+    pods: PodLister
+    claims: GPUClaimLister
+    nodes: NodeLister
+    classes: GPUClassLister
+    templates: GPUClaimTemplateLister
+    writer: Writer
+    view: ClusterView
+    memories: Memories
+    turnstile: AgeTurnstile
+    # Add a full queue key (`pod:ns/name`), now or after some seconds.
+    enqueue: Callable[[str], None]
+    enqueue_after: Callable[[str, float], None]
+    settings: Settings
+    metrics: ControllerMetrics | None
+    now: Callable[[], datetime]
