@@ -328,7 +328,10 @@ class Handlers:
             return
         self.woke(self.view.apply_claim(old, new))
         self.queue.add(CLAIM + keys.key_of(new))
-        self._enqueue_pods_of_claim(new)
+        if _placement_fields(old) != _placement_fields(new):
+            # Not for a Waiting condition alone: two pods waiting on one
+            # shared claim would wake each other with every message written.
+            self._enqueue_pods_of_claim(new)
         if _holds_gpus(old) != _holds_gpus(new) or _class_of(old) != _class_of(new):
             self.enqueue_class(_class_of(old))
             self.enqueue_class(_class_of(new))
@@ -408,6 +411,14 @@ class Handlers:
 
 def _class_of(claim: Obj) -> str:
     return str((claim.get("spec") or {}).get("className") or "")
+
+
+def _placement_fields(claim: Obj) -> tuple[Any, ...]:
+    """What a placement reads of a claim (ClaimState.from_api): not its conditions."""
+    status = claim.get("status") or {}
+    return (claim["metadata"].get("uid"), claim["metadata"].get("deletionTimestamp"),
+            claim.get("spec"), status.get("phase"), status.get("nodeName"),
+            status.get("reservedFor"), status.get("rejectedNodes"))
 
 
 def _ours(pod: Obj) -> bool:

@@ -44,17 +44,17 @@ def test_bound_claims_the_cache_does_not_show_count_as_in_flight_until_it_does(
         claim = bound_claim(api_client, namespace, "just-bound", "node-x", 3)
         uid = claim["metadata"]["uid"]
         assert controller.catch_up() >= 1
-        entry = controller.inflight.get(uid)
+        entry = controller.view.in_flight(uid)
         assert entry is not None and (entry.node, entry.resource, entry.count) == ("node-x", api.DEFAULT_RESOURCE_NAME, 3)
 
         # Once the informer shows the claim Bound there, the entry ends, and
         # a second catch-up finds nothing the cache does not know.
         factory.start()
         wait_for(controller.has_synced, timeout=30, message="the controller's caches to sync")
-        wait_for(lambda: controller.inflight.get(uid) is None, timeout=10,
+        wait_for(lambda: controller.view.in_flight(uid) is None, timeout=10,
                  message="the in-flight entry to end once the informer shows the claim Bound")
         controller.catch_up()
-        assert controller.inflight.get(uid) is None
+        assert controller.view.in_flight(uid) is None
     finally:
         controller.shutdown(1.0)  # its queue's delay thread (class keys were added)
         factory.shutdown()

@@ -1,0 +1,635 @@
+"""The deterministic simulation: the real handlers and syncs against FakeApi.
+
+One `Sim` is one seeded run. The controller under test is the real one in
+pieces — `controller.Handlers` (what informer events do to the view and
+the queue) and `sync_pod`/`sync_claim`/`sync_class` with a real
+`SyncContext` — over stores the harness fills from the fake's watch logs at
+whatever lag the schedule picks. Nothing runs on a thread: "workers" are
+syncs run one at a time, and concurrency is made by running steps (another
+sync, deliveries, a crash) *inside* a sync, at its writes, through the
+fake's `before_write` hook. So a failing seed replays exactly.
+
+Faults: answers lost after the write landed or before, conflicts (real:
+every write carries its resourceVersion), relists whose objects changed
+uid, a crash (the controller's memory is thrown away mid-sync and a new one
+starts from a fresh list), a takeover by a standby whose caches lag
+(`catch_up` must cover it), classes deleted and recreated, annotations
+edited, pods deleted, recreated, refused by the scheduler, finished.
+
+The invariants (DESIGN.md §4) are checked on the fake's objects — the
+truth — after every step: I1 and I2 always, I4 once the run is drained.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, cast
+
+from gpuclaimctl.client.writer import Writer
+from gpuclaimctl.controller import Handlers
+from gpuclaimctl.decide.capacity import used_capacity
+from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.podclaims import has_gate, named_claims
+from gpuclaimctl.state import indexes
+from gpuclaimctl.state.memories import Memories
+from gpuclaimctl.state.turnstile import AgeTurnstile
+from gpuclaimctl.state.view import ClusterView
+from gpuclaimctl.sync.claims import sync_claim
+from gpuclaimctl.sync.classes import sync_class
+from gpuclaimctl.sync.context import CLAIM, CLASS, POD, Settings, SyncContext
+from gpuclaimctl.sync.pods import sync_pod
+from informers import (
+    DeletedFinalStateUnknown,
+    GPUClaimLister,
+    GPUClaimTemplateLister,
+    GPUClassLister,
+    NodeLister,
+    PodLister,
+)
+from informers.store import Indexer
+from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, TEMPLATES, FakeApi, lost_answer
+
+Obj = dict[str, Any]
+KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES)
+NS = "team"
+RESOURCE = "example.com/gpu"
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Crash(BaseException):
+    """The process dies here (kill -9): nothing after this point happens."""
+
+
+class InvariantBroken(AssertionError):
+    pass
+
+
+class SimQueue:
+    """The work queue's guarantees, deterministically: a key is queued once;
+    delayed keys come due on the simulated clock; the harness picks which
+    ready key a "worker" takes (any order a real queue with several workers
+    could produce)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self.ready: dict[str, None] = {}
+        self.delayed: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
+
+    def add(self, key: str) -> None:
+        self.ready[key] = None
+        self.delayed.pop(key, None)
+
+    def add_after(self, key: str, seconds: float) -> None:
+        if key in self.ready:
+            return
+        due = self._clock() + max(seconds, 0.0)
+        self.delayed[key] = min(due, self.delayed.get(key, due))
+
+    def add_rate_limited(self, key: str) -> None:
+        n = self.failures.get(key, 0)
+        self.failures[key] = n + 1
+        self.add_after(key, min(0.005 * 2 ** n, 30.0))
+
+    def forget(self, key: str) -> None:
+        self.failures.pop(key, None)
+
+    def promote(self) -> None:
+        now = self._clock()
+        for key, due in list(self.delayed.items()):
+            if due <= now:
+                del self.delayed[key]
+                self.ready[key] = None
+
+    def next_due(self) -> float | None:
+        return min(self.delayed.values()) if self.delayed else None
+
+
+class Informer:
+    """One kind's cache fed from the fake's log at the harness's pace."""
+
+    def __init__(self, fake: FakeApi, kind: str, indexers: Mapping[str, Any] | None,
+                 on_add: Callable[[Obj], None], on_update: Callable[[Obj, Obj], None],
+                 on_delete: Callable[[Any], None]) -> None:
+        self.fake, self.kind = fake, kind
+        self.store = Indexer(dict(indexers or {}))
+        self.on_add, self.on_update, self.on_delete = on_add, on_update, on_delete
+        self.cursor = 0
+
+    def pending(self) -> int:
+        return len(self.fake.events_after(self.kind, self.cursor))
+
+    def deliver(self, n: int) -> None:
+        for ev in self.fake.events_after(self.kind, self.cursor)[:n]:
+            self.cursor = ev.position + 1
+            key = keys.key_of(ev.obj)
+            old = self.store.get_by_key(key)
+            if ev.type == "DELETED":
+                self.store.pop(key)
+                self.on_delete(ev.obj)
+            elif old is None:
+                self.store.set(key, ev.obj)
+                self.on_add(ev.obj)
+            else:
+                self.store.set(key, ev.obj)
+                self.on_update(old, ev.obj)
+
+    def relist(self) -> None:
+        """A watch gap ends with a fresh list (client-go's Replace): updates
+        may carry another uid, missed deletes come as tombstones."""
+        listing = self.fake.list(self.kind)
+        self.cursor = listing.cursor
+        seen = set()
+        for obj in listing.items:
+            key = keys.key_of(obj)
+            seen.add(key)
+            old = self.store.get_by_key(key)
+            self.store.set(key, obj)
+            if old is None:
+                self.on_add(obj)
+            else:
+                self.on_update(old, obj)
+        for key in list(self.store.list_keys()):
+            if key not in seen:
+                old = self.store.pop(key)
+                self.on_delete(DeletedFinalStateUnknown(key, old))
+
+
+class Controller:
+    """The controller's memory: informers, view, queue, memories. A crash
+    or a takeover throws one away and starts another."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.queue = SimQueue(sim.monotonic)
+        self.view = ClusterView(sim.now)
+        handlers_box: list[Handlers] = []
+
+        def h() -> Handlers:
+            return handlers_box[0]
+
+        self.informers = {
+            PODS: Informer(sim.fake, PODS, indexes.POD_INDEXERS, lambda o: h().pod_added(o),
+                           lambda a, b: h().pod_updated(a, b), lambda o: h().pod_deleted(o)),
+            CLAIMS: Informer(sim.fake, CLAIMS, indexes.CLAIM_INDEXERS, lambda o: h().claim_added(o),
+                             lambda a, b: h().claim_updated(a, b), lambda o: h().claim_deleted(o)),
+            NODES: Informer(sim.fake, NODES, None, lambda o: h().node_added(o),
+                            lambda a, b: h().node_updated(a, b), lambda o: h().node_deleted(o)),
+            CLASSES: Informer(sim.fake, CLASSES, None, lambda o: h().class_added(o),
+                              lambda a, b: h().class_updated(a, b), lambda o: h().class_deleted(o)),
+            TEMPLATES: Informer(sim.fake, TEMPLATES, None, lambda o: h().template_changed(o),
+                                lambda a, b: h().template_changed(b), lambda o: None),
+        }
+        i = self.informers
+        self.ctx = SyncContext(
+            pods=PodLister(i[PODS].store), claims=GPUClaimLister(i[CLAIMS].store),
+            nodes=NodeLister(i[NODES].store), classes=GPUClassLister(i[CLASSES].store),
+            templates=GPUClaimTemplateLister(i[TEMPLATES].store),
+            writer=cast(Writer, sim.fake), view=self.view, memories=Memories(reject_for=60.0),
+            turnstile=AgeTurnstile(max_wait=0.0), enqueue=self.queue.add,
+            enqueue_after=self.queue.add_after,
+            settings=Settings(reject_for=60.0, node_lost_grace=30.0), metrics=None, now=sim.now)
+        handlers_box.append(Handlers(self.ctx, cast(Any, self.queue)))
+
+    def start(self) -> None:
+        """Initial lists, then one consistent claim list before the first
+        decision (app._catch_up), then every object's key, as a resync."""
+        for kind in (NODES, CLASSES, TEMPLATES, CLAIMS, PODS):
+            self.informers[kind].relist()
+        self.view.catch_up(self.sim.fake.list_claims(), self.ctx.claims.get)
+
+    def sync(self, key: str) -> None:
+        try:
+            if key.startswith(POD):
+                sync_pod(self.ctx, key[len(POD):])
+            elif key.startswith(CLAIM):
+                sync_claim(self.ctx, key[len(CLAIM):])
+            elif key.startswith(CLASS):
+                sync_class(self.ctx, key[len(CLASS):])
+            self.queue.forget(key)
+        except Crash:
+            raise
+        except InvariantBroken:
+            raise
+        except Exception as e:  # what the worker loop does: back off, retry
+            self.sim.note(f"  {key} failed: {type(e).__name__}: {e}")
+            self.queue.add_rate_limited(key)
+
+
+@dataclass
+class Sim:
+    seed: int
+    steps: int = 300
+    nodes: tuple[int, ...] = (8, 4, 4, 2)
+    log: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.t = 0.0
+        self.fake = FakeApi(self.now)
+        self.depth = 0
+        self.pod_counter = 0
+        self.fake.before_write = self._at_write
+        self._setup_cluster()
+        self.ctl = Controller(self)
+        self.ctl.start()
+
+    # -- time ------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return START + timedelta(seconds=self.t)
+
+    def monotonic(self) -> float:
+        return self.t
+
+    # -- the cluster ----------------------------------------------------------------
+
+    def _setup_cluster(self) -> None:
+        for i, gpus in enumerate(self.nodes):
+            self.fake.create(NODES, {
+                "metadata": {"name": f"n{i}", "labels": {"pool": "a" if i % 2 == 0 else "b"}},
+                "status": {"allocatable": {RESOURCE: str(gpus)},
+                           "conditions": [{"type": "Ready", "status": "True"}]}})
+        for name in ("alpha", "beta"):
+            self._create_class(name)
+        self.fake.create(TEMPLATES, {"metadata": {"name": "pair", "namespace": NS},
+                                     "spec": {"spec": {"className": "alpha", "count": 2}}})
+        for i in range(3):
+            self.fake.create(CLAIMS, {"metadata": {"name": f"shared{i}", "namespace": NS},
+                                      "spec": {"className": ("alpha", "beta")[i % 2], "count": 1 + i,
+                                               "reclaimPolicy": ("Release", "Retain")[i % 2]}})
+
+    def _create_class(self, name: str) -> None:
+        self.fake.create(CLASSES, {"metadata": {"name": name},
+                                   "spec": {"resourceName": RESOURCE}})
+
+    def allocatable(self) -> dict[str, int]:
+        return {n["metadata"]["name"]: int(n["status"]["allocatable"][RESOURCE])
+                for n in self.fake.list(NODES).items}
+
+    # -- the schedule ------------------------------------------------------------------
+
+    def run(self) -> None:
+        for step in range(self.steps):
+            self.step(step)
+        self.drain()
+        self.check_quiet()
+
+    def step(self, step: int) -> None:
+        self.t += self.rng.choice((0.0, 0.01, 0.1, 1.0))
+        self.ctl.queue.promote()
+        roll = self.rng.random()
+        try:
+            if roll < 0.35:
+                self.work()
+            elif roll < 0.6:
+                self.deliver()
+            elif roll < 0.8:
+                self.user()
+            elif roll < 0.93:
+                self.cluster_components()
+            elif roll < 0.96:
+                self.relist()
+            elif roll < 0.98:
+                self.crash_and_restart(takeover=False)
+            else:
+                self.crash_and_restart(takeover=True)
+        except Crash:
+            self.note("crash mid-sync")
+            self.restart(takeover=self.rng.random() < 0.5)
+        self.check_always(f"step {step}")
+
+    def note(self, what: str) -> None:
+        self.log.append(f"t={self.t:.2f} {what}")
+
+    # -- the controller's side ----------------------------------------------------------
+
+    def work(self) -> None:
+        q = self.ctl.queue
+        q.promote()
+        if not q.ready:
+            return
+        key = self.rng.choice(sorted(q.ready))
+        del q.ready[key]
+        self.note(f"sync {key}")
+        self.ctl.sync(key)
+
+    def deliver(self) -> None:
+        kind = self.rng.choice(KINDS)
+        inf = self.ctl.informers[kind]
+        n = self.rng.choice((1, 1, 2, 5, 50))
+        if inf.pending():
+            self.note(f"deliver {n} {kind}")
+            inf.deliver(n)
+
+    def relist(self) -> None:
+        kind = self.rng.choice(KINDS)
+        self.note(f"relist {kind}")
+        self.ctl.informers[kind].relist()
+
+    def _at_write(self, method: str, body: Obj) -> None:
+        """Inside a sync, at one of its writes: what else happens meanwhile."""
+        if self.depth >= 2:
+            return
+        roll = self.rng.random()
+        self.depth += 1
+        try:
+            if roll < 0.15:
+                self.note(f"  at {method}: another worker syncs")
+                self.work()
+            elif roll < 0.25:
+                self.note(f"  at {method}: events arrive")
+                self.deliver()
+            elif roll < 0.3:
+                landed = self.rng.random() < 0.5
+                self.note(f"  at {method}: answer lost (landed={landed})")
+                self.fake.inject(method, lost_answer(), landed=landed)
+            elif roll < 0.32 and method != "event":
+                self.note(f"  at {method}: the process dies")
+                raise Crash()
+        finally:
+            self.depth -= 1
+
+    def crash_and_restart(self, takeover: bool) -> None:
+        self.note("crash" if not takeover else "leader change")
+        self.restart(takeover)
+
+    def restart(self, takeover: bool) -> None:
+        """A new process (or a standby taking over): its caches start from
+        a list; a standby's may lag behind the old leader's last writes,
+        which its catch-up must count."""
+        self.fake.clear_faults()
+        new = Controller(self)
+        if takeover:
+            # The standby's caches were filled some time ago: replay only
+            # part of the log before it starts, then it lists claims once.
+            for kind, inf in new.informers.items():
+                backlog = len(self.fake.events_after(kind, 0))
+                inf.deliver(self.rng.randint(0, backlog))
+            new.view.catch_up(self.fake.list_claims(), new.ctx.claims.get)
+            for inf in new.informers.values():
+                for obj in list(inf.store.list()):
+                    inf.on_update(obj, obj)  # resync: every key once
+        else:
+            new.start()
+        self.ctl = new
+
+    # -- users and other components ----------------------------------------------------------
+
+    def user(self) -> None:
+        roll = self.rng.random()
+        if roll < 0.5:
+            self.create_pod()
+        elif roll < 0.65:
+            self.delete_pod()
+        elif roll < 0.72:
+            self.edit_annotation()
+        elif roll < 0.8:
+            self.recreate_pod()
+        elif roll < 0.88:
+            self.toggle_class()
+        else:
+            self.create_pod()
+
+    def _pods(self) -> list[Obj]:
+        return self.fake.list(PODS).items
+
+    def create_pod(self, name: str | None = None, owned: bool | None = None) -> None:
+        if name is None:
+            self.pod_counter += 1
+            name = f"p{self.pod_counter}"
+        entries: list[dict[str, Any]] = []
+        for i in range(self.rng.choice((1, 1, 2, 3))):
+            kind = self.rng.random()
+            if kind < 0.2:
+                entries.append({"name": f"e{i}", "claim": f"shared{self.rng.randrange(3)}"})
+            elif kind < 0.4:
+                entries.append({"name": f"e{i}", "template": "pair"})
+            else:
+                entries.append({"name": f"e{i}", "className": self.rng.choice(("alpha", "beta")),
+                                "count": self.rng.choice((1, 1, 2, 3, 4))})
+        names = [e.get("claim") for e in entries if e.get("claim")]
+        if len(names) != len(set(names)):
+            return
+        meta: Obj = {"name": name, "namespace": NS,
+                     "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries)}}
+        if owned if owned is not None else self.rng.random() < 0.7:
+            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                        "uid": "rs-uid", "controller": True}]
+        self.note(f"user creates pod {name} {entries}")
+        self.fake.create(PODS, {"metadata": meta, "spec": {
+            "schedulingGates": [{"name": api.SCHEDULING_GATE}],
+            "containers": [{"name": "c", "image": "x"}]}})
+
+    def delete_pod(self) -> None:
+        pods = self._pods()
+        if pods:
+            p = self.rng.choice(pods)
+            self.note(f"user deletes pod {p['metadata']['name']}")
+            self.fake.delete(PODS, NS, p["metadata"]["name"])
+
+    def recreate_pod(self) -> None:
+        """Deleted and created again under its name (a StatefulSet's pod)."""
+        pods = self._pods()
+        if pods:
+            p = self.rng.choice(pods)
+            name = p["metadata"]["name"]
+            self.note(f"user recreates pod {name}")
+            self.fake.delete(PODS, NS, name)
+            if self.fake.get(PODS, NS, name) is not None:
+                self.fake.finish_pod_deletion(NS, name)
+            if self.fake.get(PODS, NS, name) is None:
+                self.create_pod(name)
+
+    def edit_annotation(self) -> None:
+        gated = [p for p in self._pods() if has_gate(p)]
+        if gated:
+            p = self.rng.choice(gated)
+            self.note(f"user drops a claim from pod {p['metadata']['name']}")
+
+            def drop(pod: Obj) -> None:
+                entries = json.loads(pod["metadata"]["annotations"][api.CLAIMS_ANNOTATION])
+                if len(entries) > 1:
+                    entries.pop(0)
+                pod["metadata"]["annotations"][api.CLAIMS_ANNOTATION] = json.dumps(entries)
+            self.fake.patch(PODS, NS, p["metadata"]["name"], drop)
+
+    def toggle_class(self) -> None:
+        name = self.rng.choice(("alpha", "beta"))
+        if self.fake.get(CLASSES, "", name) is None:
+            self.note(f"admin recreates class {name}")
+            self._create_class(name)
+        else:
+            self.note(f"admin deletes class {name}")
+            self.fake.delete(CLASSES, "", name)
+
+    def cluster_components(self) -> None:
+        """kube-scheduler, kubelet and the garbage collector."""
+        pods = [p for p in self._pods() if not has_gate(p)]
+        roll = self.rng.random()
+        if roll < 0.15:
+            self.fake.collect_garbage()
+            return
+        if not pods:
+            return
+        p = self.rng.choice(pods)
+        name, spec = p["metadata"]["name"], p["spec"]
+        pinned = (p["metadata"].get("annotations") or {}).get(api.PLACED_NODE_ANNOTATION)
+        if p["metadata"].get("deletionTimestamp"):
+            self.note(f"kubelet stops pod {name}")
+            self.fake.finish_pod_deletion(NS, name)
+        elif not spec.get("nodeName") and pinned:
+            if roll < 0.85:
+                self.note(f"scheduler binds pod {name} to {pinned}")
+                self.fake.bind_pod(NS, name, pinned)
+            else:
+                self.note(f"scheduler refuses pod {name}")
+                self.fake.mark_unschedulable(NS, name, "0/4 nodes are available: fake")
+        elif spec.get("nodeName"):
+            phase = (p.get("status") or {}).get("phase")
+            if phase != "Running":
+                self.fake.set_pod_phase(NS, name, "Running")
+            elif roll < 0.5:
+                self.note(f"pod {name} succeeds")
+                self.fake.set_pod_phase(NS, name, "Succeeded")
+
+    # -- draining ------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """No more users: deliver everything, run every key and timer, until
+        nothing changes."""
+        self.fake.before_write = None
+        self.fake.clear_faults()
+        for _ in range(400):
+            moved = False
+            for inf in self.ctl.informers.values():
+                if inf.pending():
+                    inf.deliver(10_000)
+                    moved = True
+            self.fake.collect_garbage()
+            for p in self._pods():
+                if p["metadata"].get("deletionTimestamp"):
+                    self.fake.finish_pod_deletion(NS, p["metadata"]["name"])
+                    moved = True
+            q = self.ctl.queue
+            q.promote()
+            if q.ready:
+                key = sorted(q.ready)[0]
+                del q.ready[key]
+                self.note(f"drain: sync {key}")
+                self.ctl.sync(key)
+                moved = True
+            elif not moved:
+                due = q.next_due()
+                if due is None or due > self.t + 120:
+                    if all(not inf.pending() for inf in self.ctl.informers.values()):
+                        return
+                else:
+                    self.t = max(self.t, due)
+            self.check_always("draining")
+        raise InvariantBroken("the run did not settle in 400 rounds:\n" + self.trace())
+
+    # -- invariants -----------------------------------------------------------------------
+
+    def trace(self) -> str:
+        return f"seed {self.seed}; last steps:\n  " + "\n  ".join(self.log[-25:])
+
+    def check_always(self, where: str) -> None:
+        claims = self.fake.list(CLAIMS).items
+        pods = {(p["metadata"]["name"]): p for p in self._pods()}
+        # I1: GPUs held per node and resource <= allocatable.
+        held: dict[str, int] = {}
+        for c in claims:
+            st = c.get("status") or {}
+            if st.get("nodeName") and (st.get("phase") == "Bound"
+                                       or (st.get("phase") == "Lost" and st.get("reservedFor"))):
+                held[st["nodeName"]] = held.get(st["nodeName"], 0) + c["spec"]["count"]
+        for node, alloc in self.allocatable().items():
+            if held.get(node, 0) > alloc:
+                raise InvariantBroken(f"I1 at {where}: node {node} has {held[node]} GPUs bound of "
+                                      f"{alloc}\n" + self.trace())
+        # I2: one pod per claim, a pod that names it; a template claim only its owner.
+        for c in claims:
+            refs = (c.get("status") or {}).get("reservedFor") or []
+            name = c["metadata"]["name"]
+            if len(refs) > 1:
+                raise InvariantBroken(f"I2 at {where}: claim {name} reserved by {refs}\n" + self.trace())
+            for ref in refs:
+                owner = next((o for o in c["metadata"].get("ownerReferences") or ()
+                              if o.get("controller")), None)
+                if owner is not None and owner.get("uid") != ref["uid"]:
+                    raise InvariantBroken(f"I2 at {where}: template claim {name} of {owner['name']} "
+                                          f"reserved by {ref}\n" + self.trace())
+                pod = pods.get(ref["name"])
+                if pod is not None and pod["metadata"]["uid"] == ref["uid"] and has_gate(pod) \
+                        and name not in named_claims(pod) and self.depth == 0 and where == "quiet":
+                    raise InvariantBroken(f"I2 at {where}: claim {name} reserved by gated pod "
+                                          f"{ref['name']} that does not name it\n" + self.trace())
+
+    def check_quiet(self) -> None:
+        """I4 once the run is drained."""
+        self.check_always("quiet")
+        claims = self.fake.list(CLAIMS).items
+        pods = {p["metadata"]["uid"]: p for p in self._pods()}
+        for c in claims:
+            for ref in (c.get("status") or {}).get("reservedFor") or []:
+                pod = pods.get(ref["uid"])
+                if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    raise InvariantBroken(f"I4: claim {c['metadata']['name']} still reserved for "
+                                          f"{ref} (gone or finished)\n" + self.trace())
+        # The controller's usage equals a recount from a fresh list.
+        classes = {c["metadata"]["name"]: c["spec"]["resourceName"] for c in self.fake.list(CLASSES).items}
+        recount = _normalized(used_capacity(claims, list(pods.values()), classes))
+        mine = _normalized(self.ctl.view.used())
+        if mine != recount or len(self.ctl.view.inflight):
+            raise InvariantBroken(f"I4: usage {mine} (in flight: {list(self.ctl.view.inflight)}) != "
+                                  f"recount {recount}\n" + self.trace())
+        # Every gated pod whose set fits somewhere is released.
+        free = dict(self.allocatable())
+        for node, count in recount.get(RESOURCE, {}).items():
+            free[node] -= count
+        for pod in pods.values():
+            if not has_gate(pod):
+                continue
+            need = self._set_need(pod, {c["metadata"]["name"]: c for c in claims})
+            if need is not None and any(f >= need for f in free.values()):
+                raise InvariantBroken(f"I4: gated pod {pod['metadata']['name']} needs {need} GPUs; "
+                                      f"free per node: {free}\n" + self.trace())
+
+    def _set_need(self, pod: Obj, claims: Mapping[str, Obj]) -> int | None:
+        """GPUs the pod's set still needs on one node, if it could be placed
+        at all (its claims exist, are not another pod's, their classes
+        exist); None if it may rightly wait for another reason."""
+        names = named_claims(pod)
+        if not names:
+            return None
+        classes = {c["metadata"]["name"] for c in self.fake.list(CLASSES).items}
+        need = 0
+        for name in names:
+            c = claims.get(name)
+            if c is None or c["spec"]["className"] not in classes or c["metadata"].get("deletionTimestamp"):
+                return None
+            refs = (c.get("status") or {}).get("reservedFor") or []
+            if any(r["uid"] != pod["metadata"]["uid"] for r in refs):
+                return None
+            owner = next((o for o in c["metadata"].get("ownerReferences") or () if o.get("controller")), None)
+            if owner is not None and owner.get("uid") != pod["metadata"]["uid"]:
+                return None
+            if (c.get("status") or {}).get("phase") == "Bound":
+                return None  # anchored: may rightly wait for its node
+            need += c["spec"]["count"]
+        if any((c.get("status") or {}).get("rejectedNodes") for c in claims.values()):
+            return None  # a rejection may rightly keep it off the only node with room
+        return need
+
+
+def _normalized(usage: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    out = {r: {n: c for n, c in per.items() if c} for r, per in usage.items()}
+    return {r: per for r, per in out.items() if per}
+
+
+__all__ = ["Sim", "InvariantBroken"]
