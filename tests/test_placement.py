@@ -268,7 +268,7 @@ BOUND = {
         "node-b", used={GPU: {"node-a": 6, "node-b": 1}}, actions={"r": Action.KEEP, "new": Action.BIND}),
     "retained-claims-node-without-room-for-the-rest-waits": Case(
         [node("node-a"), node("node-b")], [bound("r", "node-b", policy=ReclaimPolicy.RETAIN), claim("new", 4)],
-        "Capacity", used={GPU: {"node-b": 6}}),
+        "Capacity", used={GPU: {"node-a": 6, "node-b": 6}}),  # nor room for all of it elsewhere
     "lost-claim-is-placed-again": Case(
         [node("node-b")], [claim("l", 2, phase=Phase.LOST, on="node-gone")], "node-b", actions={"l": Action.MOVE}),
     "claim-bound-to-a-vanished-node-moves": Case(

@@ -18,7 +18,9 @@ Rules, in the order they are applied:
    claim brings its next pod back. An anchor on a cordoned node whose
    claims' class says onCordon Stay holds the set there; one with Move, or
    one the pod cannot use any more (rejected, affinity, class selector), or
-   a node that is gone, lets its claims move with the set. A NotReady
+   a node that is gone, lets its claims move with the set; so does an
+   anchor without room for the rest of the set when another node has room
+   for all of it (issue 10, item 7). A NotReady
    anchor makes the set wait: its claim becomes Lost after a grace period
    (the claim sync decides) and is then placed again like a new one.
 3. Otherwise every node offering all the set's classes is a candidate. It
@@ -280,7 +282,14 @@ class _Placer:
                 f"for the node, or for the claim to be marked Lost and placed again",
             )
         if valid:
-            return self.keep(valid, anchors)
+            kept = self.keep(valid, anchors)
+            if isinstance(kept, Placed):
+                return kept
+            # No node holding part of the set has room for the rest: the
+            # whole set may still fit together elsewhere (its bound claims
+            # move with it) rather than wait for the anchor forever.
+            moved = self.search(moved_from_cordon=())
+            return moved if isinstance(moved, Placed) else kept
         return self.search(moved_from_cordon=cordoned)
 
     def stay(self, stay: list[str], anchors: dict[str, list[ClaimState]]) -> Decision:
