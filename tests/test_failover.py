@@ -1,22 +1,28 @@
 """Failover, end to end: two `gpuclaimctl run --leader-elect` processes on
-one Lease against the real plane (issue 6, items 2, 3 and 6).
+one Lease against the real plane (issue 6, items 2, 3 and 6; issue 10,
+item 3: a leader paused past its lease writes nothing once it runs again).
 
 Each process is the real command, started as an operator's Deployment would
 start it, with its own /metrics and /healthz, /readyz listeners; the tests
 see it only from outside: its exit code, its endpoints, the Lease and the
 objects it writes. Who leads is read from each process's
 `leader_election_master_status`; who placed a pod from each process's
-`gpuclaimctl_placements_total`.
+`gpuclaimctl_placements_total`; who sent which request from the API
+server's audit log, where each process's User-Agent names it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import datetime
+import json
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,8 +34,11 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuclaimctl import __version__
 from gpuclaimctl.model import api
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.fence import NotLeader, WriteFence
+from gpuclaimctl.cmd import app
 from gpuclaimctl.controlplane import ControlPlane
 from tests.helpers import wait_for
 from tests.test_e2e import Cluster
@@ -67,7 +76,8 @@ class ControllerProcess:
 
     def __init__(self, name: str, kubeconfig: str, log_dir: Path, *,
                  lease_namespace: str, lease_name: str, lease_duration: float = LEASE,
-                 renew_deadline: float = RENEW, retry_period: float = RETRY) -> None:
+                 renew_deadline: float = RENEW, retry_period: float = RETRY,
+                 flags: tuple[str, ...] = ()) -> None:
         self.name = name
         self.lease_name = lease_name
         self.metrics_port = free_port()
@@ -86,6 +96,7 @@ class ControllerProcess:
             "--health-bind-address", f"127.0.0.1:{self.health_port}",
             "--resync-period", "0",
             "-v", "2",
+            *flags,
         ]
         self.popen: subprocess.Popen[bytes] | None = None
 
@@ -202,10 +213,13 @@ def lease_holder(api_client: client.ApiClient, namespace: str, name: str) -> str
 
 
 def pair(controllers: Callable[..., ControllerProcess], namespace: str,
+         kubeconfig: str | None = None, flags: tuple[str, ...] = (),
          **durations: float) -> tuple[ControllerProcess, ControllerProcess]:
     """Two processes on a fresh Lease; returns (leader, standby) once both are ready."""
     lease = f"gpuclaimctl-{uuid.uuid4().hex[:8]}"
-    procs = [controllers(n, lease_namespace=namespace, lease_name=lease, **durations)
+    extra: dict[str, Any] = {"kubeconfig": kubeconfig} if kubeconfig else {}
+    extra["flags"] = flags
+    procs = [controllers(n, lease_namespace=namespace, lease_name=lease, **extra, **durations)
              for n in ("a", "b")]
 
     def one_leads_both_ready() -> tuple[ControllerProcess, ControllerProcess] | None:
@@ -386,3 +400,255 @@ def test_a_leader_that_loses_its_lease_stops_and_exits_non_zero(
     assert code == 1, leader.log_tail()
     assert "leader election ended" in leader.log_tail(200)
     assert lease_holder(api_client, namespace, lease) == "someone-else", "it never writes over the new holder"
+
+
+def test_a_lost_lease_closes_the_fence_drops_the_queue_and_exits_1_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[str] = []
+
+    class FakeController:
+        def abandon(self) -> None:
+            calls.append("abandon")
+
+    fence = WriteFence()
+    with caplog.at_level(logging.ERROR, logger="gpuclaimctl"), pytest.raises(SystemExit):
+        app.exit_lost(fence, FakeController(), _exit=lambda code: calls.append(f"exit {code}"))  # type: ignore[arg-type]
+    assert calls == ["abandon", "exit 1"]
+    with pytest.raises(NotLeader):
+        fence.check()
+    assert [r.getMessage() for r in caplog.records] == [
+        "leader election ended: LOST; exiting so a standby takes over"]
+
+
+# -- issue 10, item 3: a leader paused past its lease (SIGSTOP, then SIGCONT) -----------
+
+MUTATING = {"create", "update", "patch", "delete", "deletecollection"}
+# SIGSTOP lasts this much longer than the lease, and until the standby placed pods.
+PAUSE_BEYOND_LEASE = 3.0
+# Many workers and a slow client-side rate limit: at any moment most
+# workers wait for a token, so at SIGCONT they all hold one at once, and
+# race the elector thread (which notices the lost lease within
+# milliseconds) to send their writes. Only the fence, checked after the
+# token wait, stops them.
+PAUSED_LEADER_FLAGS = ("--workers", "8", "--kube-api-qps", "5", "--kube-api-burst", "5")
+# After SIGCONT the old leader notices at once (its renew deadline passed
+# during the pause); "a few seconds" on a loaded 2-core machine.
+EXIT_WITHIN = 5.0
+
+
+def audited_account_kubeconfig(plane: ControlPlane, api_client: client.ApiClient,
+                               namespace: str, path: Path) -> tuple[str, str]:
+    """A service account with cluster-admin, and a kubeconfig holding its token.
+
+    The plane audits service accounts' requests only: the controllers run as
+    this one so the audit log shows every request they send. Returns (the
+    kubeconfig's path, the ClusterRoleBinding to delete afterwards).
+    """
+    assert plane.pki is not None
+    name = f"failover-{uuid.uuid4().hex[:6]}"
+    kube.request(api_client, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                 body={"metadata": {"name": name}})
+    kube.request(api_client, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                 body={"metadata": {"name": name},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                   "kind": "ClusterRole", "name": "cluster-admin"},
+                       "subjects": [{"kind": "ServiceAccount", "name": name,
+                                     "namespace": namespace}]})
+    review = kube.request_json(
+        api_client, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 3600}})
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {
+            "server": plane.server, "certificate-authority": str(plane.pki.ca_cert)}}],
+        "users": [{"name": name, "user": {"token": review["status"]["token"]}}],
+        "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
+        "current-context": name,
+    }))
+    return str(path), name
+
+
+def audit_time(event: dict[str, Any], field: str = "requestReceivedTimestamp") -> float:
+    return datetime.datetime.fromisoformat(str(event[field])).timestamp()
+
+
+def is_mutating(event: dict[str, Any]) -> bool:
+    return event["verb"] in MUTATING
+
+
+def is_lease_write(event: dict[str, Any], lease: str) -> bool:
+    ref = event.get("objectRef") or {}
+    return (ref.get("resource") == "leases" and ref.get("name") == lease
+            and event["verb"] in ("create", "update")
+            and (event.get("responseStatus") or {}).get("code") in (200, 201))
+
+
+class Churn:
+    """Gated 1-GPU pods created without pause, and released ones deleted a
+    second later, so placements go on throughout; a sampler lists the
+    claims over and over and notes any node with more GPUs bound than it has."""
+
+    def __init__(self, cluster: Cluster, cls: str, allocatable: dict[str, int]) -> None:
+        self.cluster = cluster
+        self.cls = cls
+        self.allocatable = allocatable
+        self.stop = threading.Event()
+        self.created = 0
+        self.samples = 0
+        self.violations: list[str] = []
+        self.errors: list[str] = []
+        self._released_since: dict[str, float] = {}
+        self._threads = [threading.Thread(target=self._guard(f), daemon=True)
+                         for f in (self._create, self._delete, self._sample)]
+
+    def start(self) -> Churn:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def burst(self, n: int) -> None:
+        for _ in range(n):
+            self._one()
+
+    def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                loop()
+            except Exception as e:  # shown by the test, not lost in a thread
+                self.errors.append(f"{loop.__name__}: {e!r}")
+        return run
+
+    def _one(self) -> None:
+        self.created += 1
+        gated_pod(self.cluster, f"churn-{self.created}", self.cls)
+
+    def _create(self) -> None:
+        while not self.stop.wait(0.1):
+            self._one()
+
+    def _delete(self) -> None:
+        while not self.stop.wait(0.25):
+            now = time.monotonic()
+            pods = f"/api/v1/namespaces/{self.cluster.ns}/pods"
+            for p in kube.request_json(self.cluster.api, "GET", pods)["items"]:
+                meta, spec = p["metadata"], p["spec"]
+                if meta.get("deletionTimestamp") or any(
+                        g["name"] == api.SCHEDULING_GATE for g in spec.get("schedulingGates") or ()):
+                    continue
+                since = self._released_since.setdefault(meta["name"], now)
+                if now - since >= 1.0:
+                    try:
+                        kube.request(self.cluster.api, "DELETE", f"{pods}/{meta['name']}",
+                                     body={"gracePeriodSeconds": 0})
+                    except kube.ApiError as e:
+                        if e.status != 404:
+                            raise
+
+    def _sample(self) -> None:
+        path = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{self.cluster.ns}/gpuclaims"
+        while not self.stop.wait(0.03):
+            bound: dict[str, int] = {}
+            for c in kube.request_json(self.cluster.api, "GET", path)["items"]:
+                status = c.get("status") or {}
+                if status.get("phase") == "Bound":
+                    node = status["nodeName"]
+                    bound[node] = bound.get(node, 0) + int(c["spec"]["count"])
+            self.samples += 1
+            for node, used in bound.items():
+                if used > self.allocatable.get(node, 0):
+                    self.violations.append(f"{node}: {used} GPUs bound, "
+                                           f"{self.allocatable.get(node, 0)} allocatable")
+
+
+@pytest.mark.plane
+def test_a_leader_paused_past_its_lease_sends_no_write_after_the_takeover_and_exits_1(
+    controllers: Callable[..., ControllerProcess], cluster: Cluster, full_plane: ControlPlane,
+    gpu_nodes: Callable[..., dict[str, Any]], namespace: str, api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    # DESIGN I3. The bug: after SIGSTOP past its lease and SIGCONT, the old
+    # leader sent up to 91 writes (binds, template claims, releases) after
+    # "leader election ended: LOST", overcommitting nodes.
+    allocatable = {}
+    for i in range(3):
+        node = gpu_nodes(f"paused{i}", gpus=4, labels=cluster.label)
+        allocatable[node["metadata"]["name"]] = 4
+    cls = cluster.gpu_class("a100")
+    kubeconfig, binding = audited_account_kubeconfig(full_plane, api_client, namespace,
+                                                     tmp_path / "sa.kubeconfig")
+    churn = Churn(cluster, cls, allocatable)
+    try:
+        leader, standby = pair(controllers, namespace, kubeconfig=kubeconfig,
+                               flags=PAUSED_LEADER_FLAGS)
+        lease = leader.lease_name
+        old = lease_holder(api_client, namespace, lease)
+        old_agent = app.user_agent(old)
+
+        churn.start()
+        wait_for(lambda: leader.placed() >= 5, timeout=60,
+                 message=lambda: f"the leader to place pods:\n{leader.log_tail()}")
+        # Work queued and in flight at the moment it stops.
+        churn.burst(10)
+        leader.signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+
+        def new_holder() -> str:
+            holder = lease_holder(api_client, namespace, lease)
+            return holder if holder and holder != old else ""
+
+        new = wait_for(new_holder, timeout=LEASE * 5, interval=0.05,
+                       message=lambda: f"the standby to take over:\n{standby.log_tail()}")
+        wait_for(lambda: standby.placed() >= 3, timeout=60,
+                 message=lambda: f"the new leader to place pods:\n{standby.log_tail()}")
+        time.sleep(max(0.0, stopped_at + LEASE + PAUSE_BEYOND_LEASE - time.monotonic()))
+        paused = time.monotonic() - stopped_at
+        leader.signal(signal.SIGCONT)
+        continued_at = time.monotonic()
+
+        code = leader.wait(EXIT_WITHIN + 25)
+        exited_after = time.monotonic() - continued_at
+        # Placements go on under the new leader for a while after the old one is gone.
+        time.sleep(2.0)
+    finally:
+        churn.finish()
+        kube.request(api_client, "DELETE",
+                     f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+    audit = full_plane.audit_events()
+
+    ours = [e for e in audit if str(e.get("userAgent", "")).startswith(old_agent)]
+    old_writes = [e for e in ours if is_mutating(e)
+                  and not (e.get("objectRef") or {}).get("resource") == "leases"]
+    old_renewals = [e for e in ours if is_lease_write(e, lease)]
+    takeover = min(audit_time(e) for e in audit if is_lease_write(e, lease)
+                   and e.get("userAgent") == f"{app.user_agent(new)} leader-election")
+    new_writes = [e for e in audit if e.get("userAgent") == app.user_agent(new) and is_mutating(e)]
+    # The fence counts from when a renewal was sent, which is before the API
+    # server received it: it closed by the last one received plus the renew deadline.
+    fence_closed_by = max(audit_time(e) for e in old_renewals) + RENEW
+    late = [(e["verb"], e["requestURI"], round(audit_time(e) - takeover, 3))
+            for e in old_writes if audit_time(e) >= takeover]
+    print(f"paused {paused:.1f}s; old leader: {len(old_writes)} writes, the last "
+          f"{takeover - max(audit_time(e) for e in old_writes):.2f}s before the takeover "
+          f"and {fence_closed_by - max(audit_time(e) for e in old_writes):.2f}s before its "
+          f"fence closed; exited {code} {exited_after:.2f}s after SIGCONT; new leader: "
+          f"{len(new_writes)} writes; {churn.created} pods, {churn.samples} samples of usage")
+
+    assert churn.errors == []
+    assert old_writes and new_writes, "each leader wrote while it led (as told by its User-Agent)"
+    assert late == [], f"the old leader wrote after the new one took the Lease: {late}"
+    assert max(audit_time(e) for e in old_writes) < fence_closed_by
+    assert code == 1, leader.log_tail()
+    assert exited_after <= EXIT_WITHIN, f"exited {exited_after:.1f}s after SIGCONT"
+    log = leader.log.read_text(errors="replace")
+    assert "leader election ended: LOST" in log
+    assert churn.samples > 50
+    assert churn.violations == [], churn.violations[:10]
+    assert lease_holder(api_client, namespace, lease) == new, "the Lease is not released on LOST"
+    assert standby.alive() and standby.leading()

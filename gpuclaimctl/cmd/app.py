@@ -6,27 +6,46 @@ are warm when it takes over); /metrics, /healthz, /readyz; then either the
 workers directly or, with --leader-elect, only while holding the Lease.
 
 Shutdown on SIGTERM/SIGINT: no new work, in-flight syncs get
---shutdown-timeout to finish, the Lease is released, exit 0. A lost Lease
-stops every worker and exits non-zero.
+--shutdown-timeout to finish, the Lease is released, exit 0.
+
+A lost Lease (DESIGN I3) is kube-controller-manager's Fatalf: the write
+fence is closed (it already refuses every write once the Lease went
+unrenewed for the renew deadline), queued keys are dropped, not drained,
+one error line is logged and the process exits 1 at once, without waiting
+for its workers and without releasing the Lease.
+
+Every request carries a User-Agent naming this process
+(`gpuclaimctl/<version> <identity>`), so an audit log tells replicas apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
+import socket
+import sys
 import threading
 from types import FrameType
+from typing import Callable, NoReturn
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
+from gpuclaimctl import __version__
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.fence import WriteFence
+from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.cmd import logs
 from gpuclaimctl.controller import Controller, Settings
-from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.cmd.endpoints import Check, EndpointServer
-from gpuclaimctl.client.leaderelection import ElectionOutcome, LeaderElectionConfig, LeaderElector
+from gpuclaimctl.client.leaderelection import (
+    ElectionOutcome,
+    LeaderElectionConfig,
+    LeaderElector,
+    default_identity,
+)
 from gpuclaimctl.cmd.options import Options
 from informers import SharedInformerFactory
 from metrics.controller import ControllerMetrics
@@ -46,8 +65,9 @@ def run(options: Options) -> int:
 
             plane = localdemo.start_plane()
             options = _with_kubeconfig(options, str(plane.kubeconfig))
-        api_client = _api_client(options)
-        return _serve(options, api_client)
+        identity = process_identity(options.leader_elect)
+        api_client = _api_client(options, identity)
+        return _serve(options, api_client, identity)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -59,7 +79,16 @@ def _with_kubeconfig(options: Options, path: str) -> Options:
     return dataclasses.replace(options, kubeconfig=path, local=False)
 
 
-def _api_client(options: Options) -> client.ApiClient:
+def process_identity(leader_elect: bool) -> str:
+    """The leader-election identity (`<hostname>_<uuid>`), else `<hostname>_<pid>`."""
+    return default_identity() if leader_elect else f"{socket.gethostname()}_{os.getpid()}"
+
+
+def user_agent(identity: str) -> str:
+    return f"gpuclaimctl/{__version__} {identity}"
+
+
+def _api_client(options: Options, identity: str) -> client.ApiClient:
     try:
         api_client = kube.load_client(options.kubeconfig, options.context)
     except kube.ConfigError as e:
@@ -70,37 +99,43 @@ def _api_client(options: Options) -> client.ApiClient:
     api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = \
         api_client.configuration.connection_pool_maxsize
     kube.set_rate_limit(api_client, options.kube_api_qps, options.kube_api_burst)
+    # Informers, writes and (with " leader-election") the Lease all send it.
+    api_client.user_agent = user_agent(identity)
     return api_client
 
 
-def build(api_client: client.ApiClient, options: Options,
-          registry: CollectorRegistry) -> tuple[SharedInformerFactory, Controller]:
-    """Informers and the controller on them, with metrics in `registry`."""
+def build(api_client: client.ApiClient, options: Options, registry: CollectorRegistry,
+          *, fence: WriteFence | None = None) -> tuple[SharedInformerFactory, Controller]:
+    """Informers and the controller on them, with metrics in `registry`; its
+    writes refused once `fence` says this process may no longer lead."""
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
     settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
                         node_lost_grace=options.node_lost_grace)
     metrics = ControllerMetrics(registry)
-    controller = Controller(factory, Writer(api_client), settings, metrics=metrics,
+    controller = Controller(factory, Writer(api_client, fence=fence), settings, metrics=metrics,
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
                             shutdown_timeout=options.shutdown_timeout)
     metrics.set_state(controller.state_sample)
     return factory, controller
 
 
-def _serve(options: Options, api_client: client.ApiClient) -> int:
+def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int:
     # client-go exports no *_created series; neither do we.
     disable_created_metrics()
     registry = CollectorRegistry()
-    factory, controller = build(api_client, options, registry)
+    # Never armed without leader election, so then it always allows.
+    fence = WriteFence()
+    factory, controller = build(api_client, options, registry, fence=fence)
 
     elector: LeaderElector | None = None
     if options.leader_elect:
         elector = LeaderElector.on_lease(
             LeaderElectionConfig(options.lease_name, options.lease_namespace,
+                                 identity=identity,
                                  lease_duration=options.lease_duration,
                                  renew_deadline=options.renew_deadline,
                                  retry_period=options.retry_period),
-            api_client, metrics=LeaderElectionMetrics(registry))
+            api_client, metrics=LeaderElectionMetrics(registry), fence=fence)
 
     def caches_synced() -> None:
         if not controller.has_synced():
@@ -149,11 +184,35 @@ def _serve(options: Options, api_client: client.ApiClient) -> int:
                               on_new_leader=lambda who: log.info("leader is %s", who))
         if outcome is ElectionOutcome.CANCELLED:
             return 0
+        if outcome is ElectionOutcome.LOST:
+            exit_lost(fence, controller)
         log.error("leader election ended: %s; exiting so a standby takes over", outcome.name)
         return 1
     finally:
         endpoints.stop()
         factory.shutdown()
+
+
+def exit_lost(fence: WriteFence, controller: Controller,
+              _exit: Callable[[int], object] = os._exit) -> NoReturn:
+    """Leadership lost: nothing more leaves this process, and it ends now.
+
+    No graceful stop: the workers are not waited for (the fence refuses
+    what they still try), queued keys are dropped, and nothing that runs at
+    interpreter exit (atexit, the informers' shutdown) gets a chance to run.
+    """
+    fence.close("leader election lost")
+    try:
+        controller.abandon()
+    except Exception:  # exiting matters more; the fence is shut already
+        log.exception("abandoning the queue failed")
+    log.error("leader election ended: LOST; exiting so a standby takes over")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(1)
+    raise SystemExit(1)  # only reached when a test stands in for os._exit
 
 
 def _catch_up(controller: Controller, stop: threading.Event) -> bool:
