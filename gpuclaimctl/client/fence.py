@@ -93,13 +93,3 @@ class WriteFence:
                     f"not the leader: the Lease was last renewed too long ago "
                     f"(renew deadline passed {now - self._deadline:.3f}s ago)")
             return self._takeover - now
-
-    def time_left(self) -> float:
-        """Seconds until the Lease could be taken over elsewhere (``inf``
-        unarmed, 0 once closed); a write's timeout should not exceed it."""
-        with self._lock:
-            if self._closed_because:
-                return 0.0
-            if not self._armed:
-                return math.inf
-            return max(0.0, self._takeover - self._monotonic())
