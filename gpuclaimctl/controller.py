@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuclaimctl.client.fence import NotLeader
 from gpuclaimctl.client.kube import ApiError
 from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound, Writer
 from gpuclaimctl.model import api, keys
@@ -164,6 +165,9 @@ class Controller:
         try:
             self.sync(key)
             self.queue.forget(key)
+        except NotLeader:
+            # The fence closed: this process no longer leads and is exiting.
+            result = "error"
         except Exception as e:  # a retry may fix it: back off and try again
             result = "error"
             level = logging.INFO if isinstance(e, Conflict) else logging.WARNING

@@ -1,0 +1,284 @@
+"""The interleavings of issue 10, one scripted story each, with the real
+handlers and syncs against the in-memory API (tests/sim): no API server,
+each step chosen by the test. Names follow the issue's items."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpuclaimctl.decide.capacity import used_capacity
+from gpuclaimctl.model import api
+from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, lost_answer
+from tests.sim.harness import NS, RESOURCE, Sim
+
+Obj = dict[str, Any]
+
+
+class Story(Sim):
+    """A Sim with no random schedule: the test says what happens."""
+
+    def __init__(self, nodes: tuple[int, ...] = (4,)) -> None:
+        super().__init__(seed=0, steps=0, nodes=nodes)
+        self.fake.before_write = None
+
+    def _setup_cluster(self) -> None:
+        for i, gpus in enumerate(self.nodes):
+            self.fake.create(NODES, {
+                "metadata": {"name": f"n{i}"},
+                "status": {"allocatable": {RESOURCE: str(gpus)},
+                           "conditions": [{"type": "Ready", "status": "True"}]}})
+        self._create_class("alpha")
+
+    def pod(self, name: str, entries: list[dict[str, Any]], *, owned: bool = True) -> Obj:
+        meta: Obj = {"name": name, "namespace": NS,
+                     "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries)}}
+        if owned:
+            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                        "uid": "rs-uid", "controller": True}]
+        self.t += 1.0  # creation order is age order
+        return self.fake.create(PODS, {"metadata": meta, "spec": {
+            "schedulingGates": [{"name": api.SCHEDULING_GATE}], "containers": [{"name": "c"}]}})
+
+    def claim(self, name: str, count: int, cls: str = "alpha") -> Obj:
+        return self.fake.create(CLAIMS, {"metadata": {"name": name, "namespace": NS},
+                                         "spec": {"className": cls, "count": count}})
+
+    def see_all(self) -> None:
+        for inf in self.ctl.informers.values():
+            inf.deliver(10_000)
+
+    def sync(self, key: str) -> None:
+        self.ctl.queue.ready.pop(key, None)
+        self.ctl.sync(key)
+
+    def gated(self, name: str) -> bool:
+        pod = self.fake.get(PODS, NS, name)
+        return pod is not None and bool(pod["spec"].get("schedulingGates"))
+
+    def bound_on(self, node: str) -> int:
+        return sum(c["spec"]["count"] for c in self.fake.list(CLAIMS).items
+                   if (c.get("status") or {}).get("phase") == "Bound"
+                   and c["status"].get("nodeName") == node)
+
+    def at_write(self, method: str, then: Callable[[], None]) -> None:
+        """Run `then` inside the next `method` write, once."""
+        def hook(m: str, _body: Obj) -> None:
+            if m == method:
+                self.fake.before_write = None
+                then()
+        self.fake.before_write = hook
+
+
+def test_a_user_claim_named_by_two_gated_pods_never_overcommits_a_node() -> None:
+    """Item 1: P1 decides n1 for the shared claim; P2 is synced while P1's
+    bind is on the wire; P3 (4 inline GPUs) comes next with no watch event
+    delivered: n1 must count the shared claim whatever won."""
+    s = Story(nodes=(4,))
+    s.claim("shared", 4)
+    s.pod("p1", [{"name": "g", "claim": "shared"}])
+    s.pod("p2", [{"name": "g", "claim": "shared"}])
+    s.pod("p3", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.at_write("update_claim_status", lambda: s.sync("pod:team/p2"))
+    s.sync("pod:team/p1")
+    s.sync("pod:team/p3")
+    s.sync("pod:team/p3")
+    assert s.bound_on("n0") <= 4
+    assert s.gated("p3")
+    s.drain()
+    s.check_quiet()
+
+
+def test_deleting_a_class_keeps_counting_the_gpus_its_claims_hold() -> None:
+    """Item 2: a bound claim counts under the resource recorded at bind time."""
+    s = Story(nodes=(4,))
+    s._create_class("beta")
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/p1")
+    s.see_all()
+    assert s.bound_on("n0") == 4
+    s.fake.delete(CLASSES, "", "alpha")
+    s.pod("p2", [{"name": "g", "className": "beta", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/p2")
+    assert s.gated("p2") and s.bound_on("n0") == 4
+
+
+def test_a_claim_recreated_under_its_name_during_a_watch_gap_leaks_no_gpus() -> None:
+    """Item 4: the relist hands the handlers update(old, new) with another uid."""
+    s = Story(nodes=(4,))
+    s.claim("mine", 4)
+    s.pod("p1", [{"name": "g", "claim": "mine"}])
+    s.see_all()
+    s.sync("pod:team/p1")
+    s.see_all()
+    # While the watch is away: the pod and the claim go, a new claim of that name comes.
+    s.fake.delete(PODS, NS, "p1")
+    s.fake.finish_pod_deletion(NS, "p1") if s.fake.get(PODS, NS, "p1") else None
+    claim = s.fake.get(CLAIMS, NS, "mine")
+    assert claim is not None
+    claim["metadata"]["finalizers"] = []
+    s.fake.update(CLAIMS, claim)
+    if s.fake.get(CLAIMS, NS, "mine") is not None:
+        s.fake.delete(CLAIMS, NS, "mine")
+    s.claim("mine", 2)
+    for inf in s.ctl.informers.values():
+        inf.relist()
+    assert _normalized(s.ctl.view.used()) == {}
+    s.pod("p2", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/p2")
+    assert not s.gated("p2")
+
+
+def test_an_in_flight_bind_counts_until_the_watch_shows_it_however_long_that_takes() -> None:
+    """Item 5: no time-to-live; the watch lags ten minutes."""
+    s = Story(nodes=(4,))
+    s.claim("mine", 4)
+    s.pod("p1", [{"name": "g", "claim": "mine"}])
+    s.pod("p2", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/p1")  # adds the finalizer, then binds
+    s.t += 600
+    # The watch shows the finalizer's version, not the bind's yet.
+    s.ctl.informers[CLAIMS].deliver(1)
+    s.sync("pod:team/p2")
+    assert s.gated("p2") and s.bound_on("n0") == 4
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_a_bind_whose_answer_was_lost_counts_until_its_fate_is_known(landed: bool) -> None:
+    s = Story(nodes=(4,))
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 4}])
+    s.pod("p2", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.fake.inject("update_claim_status", lost_answer(), landed=landed)
+    s.sync("pod:team/p1")  # creates the claim, binds: the answer is lost
+    s.ctl.informers[CLAIMS].deliver(2)  # the creation and the finalizer
+    s.sync("pod:team/p2")
+    assert s.gated("p2")
+    s.drain()
+    s.check_quiet()
+    assert s.bound_on("n0") == 4
+
+
+def test_a_refused_bare_pod_is_never_deleted_and_lets_go_of_its_claims() -> None:
+    """Item 6."""
+    s = Story(nodes=(4,))
+    s.pod("bare", [{"name": "g", "className": "alpha", "count": 2}], owned=False)
+    s.see_all()
+    s.sync("pod:team/bare")
+    s.see_all()
+    s.sync("pod:team/bare")
+    s.see_all()
+    assert not s.gated("bare")
+    s.fake.mark_unschedulable(NS, "bare", "0/1 nodes are available")
+    s.see_all()
+    s.sync("pod:team/bare")
+    assert s.fake.get(PODS, NS, "bare") is not None
+    claim = s.fake.get(CLAIMS, NS, "bare-g")
+    assert claim is not None and not claim["status"].get("reservedFor")
+    assert any(e.reason == "NodeRefused" for e in s.fake.events)
+
+
+def test_a_refused_owned_pod_is_deleted_and_its_node_rejected_after_the_delete() -> None:
+    """Item 6: the rejection is written only once the delete succeeded."""
+    s = Story(nodes=(4, 4))
+    s.pod("web", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+    for _ in range(2):
+        s.sync("pod:team/web")
+        s.see_all()
+    s.fake.mark_unschedulable(NS, "web", "0/2 nodes are available")
+    s.see_all()
+    order: list[str] = []
+    orig_delete = s.fake.delete_pod
+
+    def delete_pod(*a: Any) -> bool:
+        order.append("delete")
+        return orig_delete(*a)
+
+    s.fake.delete_pod = delete_pod  # type: ignore[method-assign]
+    s.fake.before_write = lambda m, b: order.append(m) if b.get("status", {}).get("rejectedNodes") else None
+    s.sync("pod:team/web")
+    assert order[:2] == ["delete", "update_claim_status"]
+
+
+def test_a_pod_cannot_take_another_pods_template_claim_by_naming_it() -> None:
+    """Item 9."""
+    s = Story(nodes=(8,))
+    s.pod("owner", [{"name": "g", "className": "alpha", "count": 1}])
+    s.see_all()
+    s.sync("pod:team/owner")  # creates owner-g
+    s.see_all()
+    s.fake.delete(PODS, NS, "owner")
+    s.see_all()
+    s.pod("thief", [{"name": "x", "claim": "owner-g"}])
+    s.see_all()
+    s.sync("pod:team/thief")
+    assert s.gated("thief")
+    assert any(e.reason == "ClaimInUse" and "serves that pod alone" in e.message for e in s.fake.events)
+
+
+def test_a_gated_pod_that_drops_a_reserved_claim_from_its_annotation_lets_go_of_it() -> None:
+    """Item 10: the binds landed, the release failed, the user edited the annotation."""
+    s = Story(nodes=(8,))
+    s.claim("keep", 1)
+    s.claim("drop", 2)
+    s.pod("p", [{"name": "a", "claim": "keep"}, {"name": "b", "claim": "drop"}])
+    s.see_all()
+    s.fake.inject("update_pod", lost_answer(), landed=False)
+    s.sync("pod:team/p")
+    s.see_all()
+    assert s.gated("p") and s.bound_on("n0") == 3
+
+    def edit(pod: Obj) -> None:
+        pod["metadata"]["annotations"][api.CLAIMS_ANNOTATION] = json.dumps([{"name": "a", "claim": "keep"}])
+    s.fake.patch(PODS, NS, "p", edit)
+    s.drain()
+    dropped = s.fake.get(CLAIMS, NS, "drop")
+    assert dropped is not None and not dropped["status"].get("reservedFor")
+    assert dropped["status"].get("phase") == "Pending"
+
+
+def test_freed_gpus_wake_the_pods_waiting_for_them() -> None:
+    """Item 11: a dropped reservation frees GPUs; the waiting pod is synced
+    again without a resync."""
+    s = Story(nodes=(4,))
+    s.pod("first", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/first")
+    s.see_all()
+    s.sync("pod:team/first")
+    s.see_all()
+    s.pod("second", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/second")
+    s.see_all()
+    s.ctl.queue.ready.clear()
+    s.fake.bind_pod(NS, "first", "n0")
+    s.fake.set_pod_phase(NS, "first", "Succeeded")
+    s.drain()
+    assert not s.gated("second")
+
+
+def _normalized(usage: Any) -> dict[str, dict[str, int]]:
+    out = {r: {n: c for n, c in per.items() if c} for r, per in usage.items()}
+    return {r: per for r, per in out.items() if per}
+
+
+def test_the_view_equals_a_recount_after_a_story() -> None:
+    s = Story(nodes=(4, 2))
+    s.pod("a", [{"name": "g", "className": "alpha", "count": 2}])
+    s.pod("b", [{"name": "g", "className": "alpha", "count": 2}])
+    s.drain()
+    classes = {c["metadata"]["name"]: c["spec"]["resourceName"] for c in s.fake.list(CLASSES).items}
+    recount = used_capacity(s.fake.list(CLAIMS).items, s.fake.list(PODS).items, classes)
+    assert _normalized(s.ctl.view.used()) == _normalized(recount) == {RESOURCE: {"n0": 2, "n1": 2}}
+
+
