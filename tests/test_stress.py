@@ -1,0 +1,1055 @@
+"""The real-plane stress test, widened (issue 10).
+
+One seeded run of the real `gpuclaimctl run` process (a subprocess, as an
+operator starts it) against the test plane, with everything that makes
+placement hard at once:
+
+- five kwok nodes (8, 8, 4, 4, 2 GPUs of `example.com/gpu`) with a label of
+  their own, and TWO GPUClasses that count that same resource with node
+  selectors that overlap (class a: nodes 0, 1, 2, 4; class b: 1, 2, 3, 4);
+- two namespaces of pods asking, in sets of 1-4 entries over both classes,
+  for inline claims, template claims (GPUClaimTemplate) and user GPUClaims
+  that several gated pods name (one pod at a time may use one; Release and
+  Retain), plus two Jobs whose pods complete (finished pods); far more GPUs
+  asked than there are;
+- churn: released pods (and now and then a gated one) deleted, new pods
+  created, all through the run;
+- one class deleted and recreated (same name, same resourceName) a few
+  seconds later, and the controller killed with SIGKILL and restarted.
+
+A sampler thread lists every GPUClaim of the cluster (and the nodes) over
+and over for the whole run and checks I1 on each list (one list is one
+resourceVersion, so one consistent state). Once the run has settled (no
+claim's phase, node or reservations and no pod's gate, node or phase
+changed for QUIET seconds, bounded by QUIET_MAX) it checks I2, I4 and a few
+cleanup rules of DESIGN §2/§5 on a fresh list, and that nothing of ours was
+written in those QUIET seconds at all (a controller still rewriting
+conditions is not idle). The `check_*` functions are pure, so that
+`test_each_check_trips_on_a_hand_made_violation` shows every one can fail.
+
+The seed fixes the workload (sets, names, when the class goes and the
+controller dies); the interleaving with the controller is the machine's.
+It is printed and taken from GPUCLAIMCTL_STRESS_SEED when set:
+
+    GPUCLAIMCTL_STRESS_SEED=1234 .venv/bin/pytest -x -q -p no:cacheprovider -s tests/test_stress.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from gpuclaimctl.client import kube
+from gpuclaimctl.controlplane import ControlPlane
+from gpuclaimctl.model import api
+from tests.helpers import NOT_READY_TAINTS, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+SEED_ENV = "GPUCLAIMCTL_STRESS_SEED"
+RESOURCE = "example.com/gpu"
+GROUP_PATH = f"/apis/{api.GROUP}/{api.VERSION}"
+LABEL_KEY = "stress.gpuclaimctl.io/run"
+POOL_A, POOL_B = "stress.gpuclaimctl.io/pool-a", "stress.gpuclaimctl.io/pool-b"
+
+# (node prefix, GPUs, offers class a, offers class b): the selectors overlap
+# on nodes 1, 2 and 4, the only ones where a set over both classes can go.
+NODES = (("st0", 8, True, False), ("st1", 8, True, True), ("st2", 4, True, True),
+         ("st3", 4, False, True), ("st4", 2, True, True))
+# Per namespace: user claims several pods name, (class key, count, policy).
+USER_CLAIMS = {"u0": ("a", 1, "Release"), "u1": ("b", 2, "Release"),
+               "u2": ("a", 1, "Retain"), "u3": ("b", 1, "Retain")}
+# Per namespace: templates, (class key, count).
+TEMPLATES = {"ta1": ("a", 1), "ta2": ("a", 2), "tb1": ("b", 1), "tb2": ("b", 2)}
+MAX_SET = 8  # GPUs in one set: the biggest node
+
+INITIAL_PODS = 44
+JOBS = 2  # in the first namespace, 2 completions each, one pod at a time
+CHURN_UNTIL = 24.0  # seconds after the workload starts
+QUIET, QUIET_MAX = 4.0, 35.0
+READY_TIMEOUT = 60.0
+_PR_SET_PDEATHSIG = 1
+
+Obj = dict[str, Any]
+
+
+# -- the checks: pure, on what one list returned --------------------------------------------
+
+
+def _status(o: Mapping[str, Any]) -> Mapping[str, Any]:
+    return o.get("status") or {}
+
+
+def _meta(o: Mapping[str, Any]) -> Mapping[str, Any]:
+    return o.get("metadata") or {}
+
+
+def _cid(c: Mapping[str, Any]) -> str:
+    return f"{_meta(c).get('namespace')}/{_meta(c).get('name')}"
+
+
+def _reserved(c: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list(_status(c).get("reservedFor") or ())
+
+
+def holds_gpus(c: Mapping[str, Any]) -> bool:
+    """A claim that holds GPUs on its node for I1: Bound, or Lost and still reserved."""
+    phase = _status(c).get("phase")
+    return bool(_status(c).get("nodeName")) and (
+        phase == api.Phase.BOUND or (phase == api.Phase.LOST and bool(_reserved(c))))
+
+
+def allocatable_of(nodes: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """(node, resource) -> allocatable, from listed nodes."""
+    out: dict[tuple[str, str], int] = {}
+    for n in nodes:
+        for res, qty in (_status(n).get("allocatable") or {}).items():
+            if "/" in res and str(qty).isdigit():  # extended resources are whole numbers
+                out[(str(_meta(n)["name"]), res)] = int(qty)
+    return out
+
+
+def check_i1(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[tuple[str, str], int],
+             resource_of: Callable[[str], str]) -> list[Overcommit]:
+    """I1: per node (of ours) and resource, the GPUs claims hold <= allocatable.
+
+    `resource_of(className)` is the class's resourceName as the test defined
+    it, not as the API shows it now: deleting a class changes nothing here.
+    """
+    nodes = {n for n, _ in allocatable}
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    who: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for c in claims:
+        node = _status(c).get("nodeName")
+        if node not in nodes or not holds_gpus(c):
+            continue
+        key = (str(node), resource_of(str((c.get("spec") or {}).get("className"))))
+        count = int((c.get("spec") or {}).get("count") or 0)
+        used[key] += count
+        pods = ",".join(str(r.get("name")) for r in _reserved(c)) or "-"
+        who[key].append(f"{_cid(c)}={count}({_status(c).get('phase')}, class "
+                        f"{(c.get('spec') or {}).get('className')}, uid "
+                        f"{str(_meta(c).get('uid'))[:8]}, for {pods})")
+    out = []
+    for key, n in sorted(used.items()):
+        have = allocatable.get(key, 0)
+        if n > have:
+            out.append(Overcommit(key[0], key[1], n, have, sorted(who[key])))
+    return out
+
+
+class Overcommit(str):
+    """One I1 failure: its text, and the figures behind it."""
+
+    node: str
+    resource: str
+    over: int
+
+    def __new__(cls, node: str, resource: str, held: int, allocatable: int,
+                claims: list[str]) -> Overcommit:
+        self = super().__new__(cls, f"node {node} {resource}: {held} GPUs held > allocatable "
+                                    f"{allocatable} (over by {held - allocatable}); claims: "
+                                    f"{'; '.join(claims)}")
+        self.node, self.resource, self.over = node, resource, held - allocatable
+        return self
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> set[str] | None:
+    """The claims a pod names in its annotation (None when it is not a usable list).
+
+    Names are short in this test, so a template or inline entry's claim is
+    `<pod>-<entry>` without the cut-and-hash of long names."""
+    text = (_meta(pod).get("annotations") or {}).get(api.CLAIMS_ANNOTATION)
+    try:
+        entries = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(entries, list):
+        return None
+    name = _meta(pod).get("name")
+    return {str(e["claim"]) if "claim" in e else f"{name}-{e['name']}" for e in entries}
+
+
+def is_template_claim(c: Mapping[str, Any]) -> bool:
+    return (_meta(c).get("labels") or {}).get(api.TEMPLATE_CLAIM_LABEL) == api.TEMPLATE_CLAIM_LABEL_VALUE
+
+
+def controller_owner(c: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in _meta(c).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Pod":
+            return dict(ref)
+    return None
+
+
+def finished(pod: Mapping[str, Any]) -> bool:
+    return _status(pod).get("phase") in ("Succeeded", "Failed")
+
+
+def gated(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == api.SCHEDULING_GATE
+               for g in (pod.get("spec") or {}).get("schedulingGates") or ())
+
+
+def _pods_by_key(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {(str(_meta(p).get("namespace")), str(_meta(p).get("name"))): p for p in pods}
+
+
+def check_reservations(claims: Iterable[Mapping[str, Any]],
+                       pods: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+    """(I2 failures, I4 failures) about status.reservedFor, once quiet.
+
+    I2: at most one pod; that pod names the claim in its annotation; a
+    template claim is reserved only by its owner (controller reference).
+    I4: no reservation for a pod that is gone, replaced (other uid) or
+    finished. `pods` are all pods of the claims' namespaces.
+    """
+    by_key = _pods_by_key(pods)
+    i2: list[str] = []
+    i4: list[str] = []
+    for c in claims:
+        ns = str(_meta(c).get("namespace"))
+        res = _reserved(c)
+        if len(res) > 1:
+            i2.append(f"claim {_cid(c)} is reserved for {len(res)} pods: "
+                      f"{[(r.get('name'), r.get('uid')) for r in res]}")
+        for r in res:
+            pod = by_key.get((ns, str(r.get("name"))))
+            if pod is None:
+                i4.append(f"claim {_cid(c)} ({_status(c).get('phase')} on "
+                          f"{_status(c).get('nodeName')}) is reserved for pod {r.get('name')} "
+                          f"(uid {r.get('uid')}), which is gone")
+                continue
+            if _meta(pod).get("uid") != r.get("uid"):
+                i4.append(f"claim {_cid(c)} is reserved for pod {r.get('name')} uid {r.get('uid')}, "
+                          f"but that pod is now uid {_meta(pod).get('uid')} (replaced)")
+                continue
+            if finished(pod):
+                i4.append(f"claim {_cid(c)} is reserved for pod {r.get('name')}, which is "
+                          f"{_status(pod).get('phase')}")
+            names = pod_claim_names(pod)
+            if names is None or _meta(c).get("name") not in names:
+                i2.append(f"claim {_cid(c)} is reserved for pod {r.get('name')}, whose annotation "
+                          f"does not name it (names {sorted(names or ())})")
+            if is_template_claim(c):
+                owner = controller_owner(c)
+                if owner is None or owner.get("uid") != r.get("uid"):
+                    i2.append(f"template claim {_cid(c)} (uid {_meta(c).get('uid')}) is reserved "
+                              f"for pod {r.get('name')} uid {r.get('uid')}, not its owner "
+                              f"{(owner or {}).get('name')} uid {(owner or {}).get('uid')}")
+    return i2, i4
+
+
+def check_released_pods(claims: Iterable[Mapping[str, Any]],
+                        pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A pod the controller released (no gate, bound to or pinned for a node,
+    not finished, not being deleted) holds its whole set: every claim it
+    names exists, is Bound on the pod's node and reserved for it. Otherwise
+    it runs on GPUs nothing counts: the other side of I1."""
+    by_name = {(str(_meta(c).get("namespace")), str(_meta(c).get("name"))): c for c in claims}
+    out = []
+    for p in pods:
+        names = pod_claim_names(p)
+        if gated(p) or finished(p) or _meta(p).get("deletionTimestamp") or not names:
+            continue
+        ns, pod = str(_meta(p).get("namespace")), str(_meta(p).get("name"))
+        node = (p.get("spec") or {}).get("nodeName") or (
+            (_meta(p).get("annotations") or {}).get(api.PLACED_NODE_ANNOTATION))
+        for name in sorted(names):
+            c = by_name.get((ns, name))
+            if c is None:
+                out.append(f"released pod {ns}/{pod} (node {node}) names claim {name}, which is gone")
+                continue
+            st = _status(c)
+            mine = any(r.get("uid") == _meta(p).get("uid") for r in _reserved(c))
+            if st.get("phase") != api.Phase.BOUND or st.get("nodeName") != node or not mine:
+                out.append(f"released pod {ns}/{pod} on {node}: its claim {name} is "
+                           f"{st.get('phase')} on {st.get('nodeName')} reserved for "
+                           f"{[r.get('name') for r in _reserved(c)]}")
+    return out
+
+
+def check_cleanup(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """DESIGN §2/§5 once quiet: a template claim whose owner pod is gone,
+    replaced or finished is deleted; a Release claim nobody uses is not Bound."""
+    by_key = _pods_by_key(pods)
+    out = []
+    for c in claims:
+        ns = str(_meta(c).get("namespace"))
+        if is_template_claim(c):
+            owner = controller_owner(c)
+            pod = by_key.get((ns, str((owner or {}).get("name"))))
+            if owner is None or pod is None or _meta(pod).get("uid") != owner.get("uid") or finished(pod):
+                why = ("has no owner" if owner is None else "gone" if pod is None else
+                       "replaced" if _meta(pod).get("uid") != owner.get("uid") else
+                       _status(pod).get("phase"))
+                out.append(f"template claim {_cid(c)} ({_status(c).get('phase')}) still exists; "
+                           f"its pod {(owner or {}).get('name')} is {why}")
+                continue
+        policy = (c.get("spec") or {}).get("reclaimPolicy") or "Release"
+        if (policy == "Release" and _status(c).get("phase") == api.Phase.BOUND and not _reserved(c)
+                and not _meta(c).get("deletionTimestamp")):
+            out.append(f"Release claim {_cid(c)} is Bound on {_status(c).get('nodeName')} "
+                       f"with nobody reserving it")
+    return out
+
+
+def node_usable(node: Mapping[str, Any]) -> bool:
+    """Ready, schedulable, without the not-ready taints."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable") or any(t.get("key") in NOT_READY_TAINTS for t in spec.get("taints") or ()):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in _status(node).get("conditions") or ())
+
+
+def _parse_time(text: str) -> float:
+    return datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+
+
+def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+                     nodes: Iterable[Mapping[str, Any]], classes: Mapping[str, Mapping[str, Any]],
+                     templates: Mapping[tuple[str, str], Mapping[str, Any]],
+                     now: float) -> list[str]:
+    """I4, 'every pod whose set fits somewhere is released', kept simple.
+
+    For each gated pod (not being deleted) whose annotation parses:
+    - each entry's (class, count) comes from its claim if it exists, else
+      from its template (`templates[(ns, name)]`, a claim spec) or the entry;
+    - the pod may legitimately wait, and is skipped, when a claim it names
+      is reserved for another pod (ClaimInUse), is missing (user claim), or
+      a class it needs does not exist (or is being deleted);
+    - claims already holding GPUs (Bound) need nothing more on their node
+      and their full count anywhere else: a set stays on its anchor node
+      while that has room for the rest, and moves as a whole to a node with
+      room for all of it when the anchor has not (issue 10, item 7);
+    - a candidate node is usable (Ready, schedulable, not tainted
+      not-ready), has every needed class's resource, matches every needed
+      class's nodeSelector, and is not in any claim's unexpired
+      rejectedNodes;
+    - free(node, resource) = allocatable - GPUs held there (holds_gpus,
+      every claim listed, all namespaces).
+    It fails when, on some candidate node, the GPUs the set still needs
+    there, per resource, all fit in what is free.
+    """
+    claims = list(claims)
+    by_name: dict[tuple[str, str], Mapping[str, Any]] = {(str(_meta(c).get("namespace")), str(_meta(c).get("name"))): c for c in claims}
+    alloc = allocatable_of(nodes)
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    for h in claims:
+        if holds_gpus(h):
+            res = (classes.get(str((h.get("spec") or {}).get("className"))) or {}).get("resource", RESOURCE)
+            held[(str(_status(h)["nodeName"]), str(res))] += int((h.get("spec") or {}).get("count") or 0)
+    nodes = [n for n in nodes if node_usable(n)]
+    out = []
+    for p in pods:
+        if not gated(p) or _meta(p).get("deletionTimestamp"):
+            continue
+        ns, pod, uid = str(_meta(p).get("namespace")), str(_meta(p).get("name")), _meta(p).get("uid")
+        try:
+            entries = json.loads((_meta(p).get("annotations") or {}).get(api.CLAIMS_ANNOTATION) or "")
+        except ValueError:
+            continue
+        # (resource, count, node it holds GPUs on or None), per claim of the set
+        parts: list[tuple[str, int, str | None]] = []
+        needed_classes: set[str] = set()
+        rejected: set[str] = set()
+        legit = ""
+        for e in entries:
+            name = str(e["claim"]) if "claim" in e else f"{pod}-{e['name']}"
+            c = by_name.get((ns, name))
+            spec: Mapping[str, Any]
+            if c is not None:
+                spec = c.get("spec") or {}
+                for r in _reserved(c):
+                    if r.get("uid") != uid:
+                        legit = legit or f"claim {name} in use by {r.get('name')}"
+                for rej in _status(c).get("rejectedNodes") or ():
+                    if _parse_time(str(rej.get("until") or "1970-01-01T00:00:00Z")) > now:
+                        rejected.add(str(rej.get("nodeName")))
+            elif "claim" in e:
+                legit = legit or f"claim {name} missing"
+                continue
+            elif "template" in e:
+                spec = templates.get((ns, str(e["template"]))) or {}
+            else:
+                spec = {"className": e.get("className"), "count": e.get("count")}
+            cls = classes.get(str(spec.get("className")))
+            if cls is None or cls.get("deleting"):
+                legit = legit or f"class {spec.get('className')} missing or deleting"
+                continue
+            needed_classes.add(str(spec.get("className")))
+            on = str(_status(c)["nodeName"]) if c is not None and holds_gpus(c) else None
+            parts.append((str(cls["resource"]), int(spec.get("count") or 0), on))
+        if legit:
+            continue
+        for n in nodes:
+            node = str(_meta(n)["name"])
+            labels = _meta(n).get("labels") or {}
+            if node in rejected:
+                continue
+            if not all(all(labels.get(k) == v for k, v in (classes[k2].get("selector") or {}).items())
+                       and (node, classes[k2]["resource"]) in alloc for k2 in needed_classes):
+                continue
+            need: dict[str, int] = defaultdict(int)
+            for res, count, on in parts:
+                if on != node:
+                    need[res] += count
+            free = {res: alloc.get((node, res), 0) - held[(node, res)] for res in need}
+            if all(k <= free[res] for res, k in need.items()):
+                anchors = sorted({on for _, _, on in parts if on})
+                out.append(f"gated pod {ns}/{pod} fits on node {node}: needs {dict(need)} more "
+                           f"there, free {free}" + (f" (its bound claims are on {anchors})" if anchors else ""))
+                break
+    return out
+
+
+def essentials(o: Mapping[str, Any]) -> str:
+    """What the invariants read of a claim or pod; a change here is not quiet."""
+    st, m = _status(o), _meta(o)
+    deleting = bool(m.get("deletionTimestamp"))
+    if "className" in (o.get("spec") or {}):
+        return repr((m.get("uid"), st.get("phase"), st.get("nodeName"),
+                     sorted(str(r.get("uid")) for r in _reserved(o)), deleting))
+    return repr((m.get("uid"), gated(o), (o.get("spec") or {}).get("nodeName"), st.get("phase"), deleting))
+
+
+def brief(o: Mapping[str, Any]) -> str:
+    """What changed in a claim or pod, in one line (for 'not quiet')."""
+    st = _status(o)
+    if "className" in (o.get("spec") or {}):
+        waiting = [(c.get("reason"), str(c.get("message"))[:90]) for c in st.get("conditions") or ()
+                   if c.get("type") == api.CONDITION_WAITING and c.get("status") == "True"]
+        return (f"{st.get('phase')} on {st.get('nodeName')} for "
+                f"{[r.get('name') for r in _reserved(o)]} waiting={waiting}")
+    return (f"gated={gated(o)} node={(o.get('spec') or {}).get('nodeName')} phase={st.get('phase')}"
+            f"{' deleting' if _meta(o).get('deletionTimestamp') else ''}")
+
+
+# -- the controller process --------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Controller:
+    """`python -m gpuclaimctl run --no-leader-elect` with a log file; restartable."""
+
+    def __init__(self, kubeconfig: str, log: Path, workers: int = 4) -> None:
+        self.kubeconfig, self.log, self.workers = kubeconfig, log, workers
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
+        self.starts = 0
+
+    def start(self) -> None:
+        self.health_port = _free_port()
+        argv = [sys.executable, "-m", "gpuclaimctl", "run", "--kubeconfig", self.kubeconfig,
+                "--no-leader-elect", "--workers", str(self.workers),
+                "--metrics-bind-address", f"127.0.0.1:{_free_port()}",
+                "--health-bind-address", f"127.0.0.1:{self.health_port}",
+                "--resync-period", "0", "-v", "2"]
+        self.starts += 1
+        with open(self.log, "ab") as out:
+            out.write(f"=== start {self.starts}: {' '.join(argv)}\n".encode())
+            out.flush()
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                          stderr=subprocess.STDOUT, cwd=REPO,
+                                          env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                          preexec_fn=_die_with_parent)
+
+    def ready(self) -> bool:
+        assert self.popen is not None
+        assert self.popen.poll() is None, f"the controller exited {self.popen.returncode}:\n{self.tail()}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self) -> None:
+        wait_for(self.ready, timeout=READY_TIMEOUT, interval=0.1,
+                 message=lambda: f"the controller's /readyz; its log:\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait(30)
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def distinct_tail(self, lines: int = 12) -> str:
+        """The last `lines` distinct messages (timestamps cut), with how often each came."""
+        if not self.log.exists():
+            return ""
+        seen: dict[str, int] = {}
+        for line in self.log.read_text(errors="replace").splitlines():
+            msg = line.split(" ", 1)[-1]
+            seen[msg] = seen.pop(msg, 0) + 1  # re-inserted: dict order is last seen
+        return "\n".join(f"{n:5d}x {msg}" for msg, n in list(seen.items())[-lines:])
+
+    def tracebacks(self) -> int:
+        return self.log.read_text(errors="replace").count("Traceback") if self.log.exists() else 0
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def _seed() -> int:
+    text = os.environ.get(SEED_ENV)
+    return int(text) if text else random.SystemRandom().randrange(1, 10**6)
+
+
+class Run:
+    """The workload: its objects, its clock, its timeline."""
+
+    def __init__(self, api_client: client.ApiClient, namespaces: list[str], tag: str,
+                 rng: random.Random) -> None:
+        self.api, self.namespaces, self.tag, self.rng = api_client, namespaces, tag, rng
+        self.classes = {"a": f"stress-a-{tag}", "b": f"stress-b-{tag}"}
+        self.label = {LABEL_KEY: tag}
+        self.t0 = time.monotonic()
+        self.timeline: list[tuple[float, str]] = []
+        self.phase = "setup"
+        self.seq = 0
+        self.created: list[tuple[str, str]] = []
+        self.deleted: list[tuple[str, str]] = []
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def event(self, what: str) -> None:
+        self.timeline.append((self.now(), what))
+        self.phase = what
+        print(f"[stress] t={self.now():6.2f}s {what}", flush=True)
+
+    def class_body(self, key: str) -> Obj:
+        pool = POOL_A if key == "a" else POOL_B
+        return {"apiVersion": api.API_VERSION, "kind": api.CLASS_KIND,
+                "metadata": {"name": self.classes[key]},
+                "spec": {"resourceName": RESOURCE, "nodeSelector": {**self.label, pool: "true"}}}
+
+    def create_class(self, key: str) -> None:
+        kube.request(self.api, "POST", f"{GROUP_PATH}/gpuclasses", body=self.class_body(key))
+
+    def delete_class(self, key: str) -> None:
+        kube.request(self.api, "DELETE", f"{GROUP_PATH}/gpuclasses/{self.classes[key]}")
+
+    def setup_namespace(self, ns: str) -> None:
+        for name, (key, count, policy) in USER_CLAIMS.items():
+            kube.request(self.api, "POST", f"{GROUP_PATH}/namespaces/{ns}/gpuclaims", body={
+                "apiVersion": api.API_VERSION, "kind": api.CLAIM_KIND, "metadata": {"name": name},
+                "spec": {"className": self.classes[key], "count": count, "reclaimPolicy": policy}})
+        for name, (key, count) in TEMPLATES.items():
+            kube.request(self.api, "POST", f"{GROUP_PATH}/namespaces/{ns}/gpuclaimtemplates", body={
+                "apiVersion": api.API_VERSION, "kind": api.TEMPLATE_KIND, "metadata": {"name": name},
+                "spec": {"spec": {"className": self.classes[key], "count": count}}})
+
+    def template_specs(self) -> dict[tuple[str, str], Obj]:
+        return {(ns, name): {"className": self.classes[key], "count": count}
+                for ns in self.namespaces for name, (key, count) in TEMPLATES.items()}
+
+    def random_set(self) -> list[Obj]:
+        rng = self.rng
+        entries: list[Obj] = []
+        entry: Obj
+        total = 0
+        for i in range(rng.choice((1, 1, 2, 2, 3, 4))):
+            kind = rng.choices(("inline", "template", "claim"), (4, 3, 2))[0]
+            taken = {e.get("claim") for e in entries}
+            if kind == "claim" and len(taken - {None}) < 2:
+                name = rng.choice(sorted(set(USER_CLAIMS) - taken))
+                entry, count = {"name": f"e{i}", "claim": name}, USER_CLAIMS[name][1]
+            elif kind == "template":
+                name = rng.choice(sorted(TEMPLATES))
+                entry, count = {"name": f"e{i}", "template": name}, TEMPLATES[name][1]
+            else:
+                count = rng.choice((1, 1, 2, 3))
+                entry = {"name": f"e{i}", "className": self.classes[rng.choice("ab")], "count": count}
+            if total + count > MAX_SET:
+                break
+            entries.append(entry)
+            total += count
+        return entries
+
+    def pod_spec(self) -> Obj:
+        return {"schedulingGates": [{"name": api.SCHEDULING_GATE}],
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "c", "image": "busybox",
+                                "resources": {"requests": {"cpu": "10m"}}}]}
+
+    def next_pod(self) -> tuple[str, Obj]:
+        """(namespace, manifest) of a new bare pod; names are never reused."""
+        self.seq += 1
+        ns = self.namespaces[0] if self.rng.random() < 0.65 else self.namespaces[1]
+        name = f"s{self.seq:03d}"
+        return ns, {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": {"stress": "pod"},
+                                 "annotations": {api.CLAIMS_ANNOTATION: json.dumps(self.random_set())}},
+                    "spec": self.pod_spec()}
+
+    def create_pod(self, ns: str, manifest: Obj) -> None:
+        kube.request(self.api, "POST", f"/api/v1/namespaces/{ns}/pods", body=manifest)
+        self.created.append((ns, manifest["metadata"]["name"]))
+
+    def create_job(self, ns: str, name: str) -> None:
+        spec = self.pod_spec()
+        spec["restartPolicy"] = "Never"
+        entries = [{"name": "g", "className": self.classes["a"], "count": 1}]
+        kube.request(self.api, "POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body={
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"completions": 2, "parallelism": 1, "backoffLimit": 0,
+                     "template": {"metadata": {"annotations": {
+                         api.CLAIMS_ANNOTATION: json.dumps(entries)}}, "spec": spec}}})
+
+    def pods(self) -> list[Obj]:
+        out: list[Obj] = []
+        for ns in self.namespaces:
+            out += kube.request_json(self.api, "GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+        return out
+
+    def claims(self) -> list[Obj]:
+        return list(kube.request_json(self.api, "GET", f"{GROUP_PATH}/gpuclaims")["items"])
+
+    def nodes(self) -> list[Obj]:
+        return list(kube.request_json(self.api, "GET", "/api/v1/nodes",
+                                      query=[("labelSelector", f"{LABEL_KEY}={self.tag}")])["items"])
+
+    def class_infos(self) -> dict[str, Obj]:
+        out = {}
+        for key, name in self.classes.items():
+            try:
+                got = kube.request_json(self.api, "GET", f"{GROUP_PATH}/gpuclasses/{name}")
+            except kube.ApiError as e:
+                if e.status == 404:
+                    continue
+                raise
+            spec = got.get("spec") or {}
+            out[name] = {"selector": spec.get("nodeSelector") or {},
+                         "resource": spec.get("resourceName") or api.DEFAULT_RESOURCE_NAME,
+                         "deleting": bool(_meta(got).get("deletionTimestamp"))}
+        return out
+
+    def churn(self) -> None:
+        """Delete 1-2 released bare pods (now and then a gated one too) and create 1-3."""
+        rng = self.rng
+        pods = [p for p in self.pods() if (_meta(p).get("labels") or {}).get("stress") == "pod"
+                and not _meta(p).get("deletionTimestamp")]
+        released = sorted((p for p in pods if not gated(p)), key=lambda p: _meta(p)["name"])
+        waiting = sorted((p for p in pods if gated(p)), key=lambda p: _meta(p)["name"])
+        victims = rng.sample(released, min(len(released), rng.choice((1, 2))))
+        if waiting and rng.random() < 0.25:
+            victims.append(rng.choice(waiting))
+        for p in victims:
+            ns, name = str(_meta(p)["namespace"]), str(_meta(p)["name"])
+            try:
+                kube.request(self.api, "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
+                             body={"gracePeriodSeconds": 0})
+                self.deleted.append((ns, name))
+            except kube.ApiError as e:
+                if e.status != 404:
+                    raise
+        for _ in range(rng.choice((1, 2, 3))):
+            self.create_pod(*self.next_pod())
+
+
+class Sampler(threading.Thread):
+    """Lists every claim and our nodes over and over; checks I1 on each list."""
+
+    def __init__(self, kubeconfig: str, run: Run) -> None:
+        super().__init__(daemon=True, name="i1-sampler")
+        self.api = config.new_client_from_config(config_file=kubeconfig)
+        self.run_ = run
+        self.resource_of = {name: RESOURCE for name in run.classes.values()}
+        self.stop = threading.Event()
+        self.samples = 0
+        self.errors: list[str] = []
+        self.violation_count = 0
+        # (node, resource) -> [first t, last t, samples, max over, t of max, first text]
+        self.episodes: dict[tuple[str, str], list[Any]] = {}
+        self.seen_bound = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                nodes = kube.request_json(self.api, "GET", "/api/v1/nodes", query=[
+                    ("labelSelector", f"{LABEL_KEY}={self.run_.tag}")])["items"]
+                listed = kube.request_json(self.api, "GET", f"{GROUP_PATH}/gpuclaims")
+            except Exception as e:  # a sampler that dies silently would pass the test
+                self.errors.append(f"t={self.run_.now():.1f}s {type(e).__name__}: {e}")
+                if len(self.errors) > 20:
+                    return
+                time.sleep(0.2)
+                continue
+            at, phase = self.run_.now(), self.run_.phase
+            claims = listed["items"]
+            self.seen_bound = max(self.seen_bound, sum(holds_gpus(c) for c in claims))
+            found = check_i1(claims, allocatable_of(nodes),
+                             lambda cls: self.resource_of.get(cls, RESOURCE))
+            if found:
+                self.violation_count += 1
+            for v in found:
+                ep = self.episodes.setdefault((v.node, v.resource), [
+                    at, at, 0, 0, at, f"t={at:.2f}s (list at rv {listed['metadata'].get('resourceVersion')}, "
+                                      f"last test event: {phase}): {v}"])
+                ep[1], ep[2] = at, ep[2] + 1
+                if v.over > ep[3]:
+                    ep[3], ep[4] = v.over, at
+            self.samples += 1
+            time.sleep(0.02)
+
+    def report(self) -> list[str]:
+        out = [f"{self.violation_count} of {self.samples} samples had a node over its allocatable"]
+        for (node, res), (first, last, n, over, at, text) in sorted(self.episodes.items(),
+                                                                    key=lambda kv: kv[1][0]):
+            out.append(f"node {node} {res}: over in {n} samples from t={first:.2f}s to t={last:.2f}s, "
+                       f"by up to {over} GPUs (t={at:.2f}s); first seen {text}")
+        return out
+
+
+@pytest.fixture
+def second_namespace(api_client: client.ApiClient, namespace: str) -> Any:
+    core = client.CoreV1Api(api_client)
+    name = f"{namespace[:50]}-b"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:  # kube-controller-manager may have made it already
+        core.create_namespaced_service_account(
+            name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.mark.plane
+def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
+    api_client: client.ApiClient, full_plane: ControlPlane, crds: list[str], namespace: str,
+    second_namespace: str, gpu_nodes: Callable[..., Obj], tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    seed = _seed()
+    print(f"\n[stress] seed {seed} (set {SEED_ENV}={seed} to run it again)", flush=True)
+    rng = random.Random(seed)
+    tag = uuid.uuid4().hex[:6]
+    run = Run(api_client, [namespace, second_namespace], tag, rng)
+    kubeconfig = str(full_plane.kubeconfig)
+
+    for prefix, gpus, in_a, in_b in NODES:
+        labels = {**run.label, **({POOL_A: "true"} if in_a else {}), **({POOL_B: "true"} if in_b else {})}
+        gpu_nodes(prefix, gpus=gpus, labels=labels, resource=RESOURCE)
+    for key in run.classes:
+        run.create_class(key)
+    for ns in run.namespaces:
+        run.setup_namespace(ns)
+
+    # The seed decides when and what breaks.
+    gone_class = rng.choice("ab")
+    class_delete_at = rng.uniform(4.0, 8.0)
+    class_back_at = class_delete_at + rng.uniform(2.0, 4.0)
+    kill_at = rng.uniform(12.0, 17.0)
+    restart_at = kill_at + rng.uniform(1.0, 3.0)
+    initial = [run.next_pod() for _ in range(INITIAL_PODS)]
+
+    ctl = Controller(kubeconfig, tmp_path / "controller.log")
+    sampler = Sampler(kubeconfig, run)
+    failures: dict[str, list[str]] = {}
+    try:
+        sampler.start()
+        ctl.start()
+        ctl.wait_ready()
+        run.t0 = time.monotonic()
+        run.event(f"controller ready (pid {ctl.popen.pid if ctl.popen else '?'}); creating the workload")
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(lambda a: run.create_pod(*a), initial))
+        for j in range(JOBS):
+            run.create_job(namespace, f"job{j}")
+        run.event(f"{INITIAL_PODS} pods and {JOBS} jobs created")
+
+        plan = sorted([
+            (class_delete_at, "delete-class"), (class_back_at, "recreate-class"),
+            (kill_at, "kill"), (restart_at, "restart")])
+        next_churn = 1.0
+        while plan or run.now() < CHURN_UNTIL:
+            if plan and run.now() >= plan[0][0]:
+                _, action = plan.pop(0)
+                if action == "delete-class":
+                    run.delete_class(gone_class)
+                    run.event(f"GPUClass {run.classes[gone_class]} deleted")
+                elif action == "recreate-class":
+                    run.create_class(gone_class)
+                    run.event(f"GPUClass {run.classes[gone_class]} recreated")
+                elif action == "kill":
+                    ctl.kill()
+                    run.event("controller killed with SIGKILL")
+                else:
+                    ctl.start()
+                    run.event("controller restarted")
+                    ctl.wait_ready()
+                    run.event("restarted controller ready")
+                continue
+            if run.now() >= next_churn and run.now() < CHURN_UNTIL:
+                run.churn()
+                next_churn = run.now() + rng.uniform(1.0, 2.0)
+            time.sleep(0.05)
+        run.event(f"churn over: {len(run.created)} pods created, {len(run.deleted)} deleted")
+
+        # Quiet, in two senses. Settled: what the invariants read (each claim's
+        # uid, phase, node, reservations; each pod's uid, gate, node, phase)
+        # has not changed for QUIET seconds; bounded by QUIET_MAX. Still:
+        # besides, nothing of ours was written at all in those QUIET seconds
+        # (a controller that keeps rewriting conditions is busy, not idle).
+        def state() -> dict[str, tuple[str, str, str]]:
+            ours = set(run.namespaces)
+            out = {f"claim {_cid(c)}": (str(_meta(c).get("resourceVersion")), essentials(c), brief(c))
+                   for c in run.claims() if _meta(c).get("namespace") in ours}
+            out.update({f"pod {_cid(p)}": (str(_meta(p).get("resourceVersion")), essentials(p), brief(p))
+                        for p in run.pods()})
+            return out
+
+        absent = ("", "absent", "absent")
+        last, since, quiet_from = state(), time.monotonic(), time.monotonic()
+        changes: list[str] = []  # the last changes of essentials, newest first
+        writes: list[str] = []  # writes that changed no essential since `since`
+        while time.monotonic() - since < QUIET and time.monotonic() - quiet_from < QUIET_MAX:
+            assert ctl.ready(), "the controller is not ready"
+            time.sleep(0.5)
+            now = state()
+            moved = sorted(k for k in now.keys() | last.keys() if now.get(k, absent)[1] != last.get(k, absent)[1])
+            if moved:
+                changes = [f"{k}: {last.get(k, absent)[2]} -> {now.get(k, absent)[2]}"
+                           for k in moved[:6]] + changes[:6]
+                since, writes = time.monotonic(), []
+            else:
+                writes += [f"{k}: {last[k][2]} -> {now[k][2]}" for k in sorted(now)
+                           if now[k][0] != last[k][0]]
+            last = now
+        if time.monotonic() - since < QUIET:
+            failures["quiet"] = [f"the claims and pods never settled: still changing "
+                                 f"{QUIET_MAX:.0f}s after the churn ended; the last changes "
+                                 f"(newest first):", *changes]
+        elif writes:
+            rewritten = sorted({w.split(":", 1)[0] for w in writes})
+            failures["quiet (writes)"] = [
+                f"settled, but {len(writes)} writes to {rewritten} in the last {QUIET:.0f}s "
+                f"changed none of phase, node, reservations, gates (the controller never idles); "
+                f"some of them:", *writes[-6:]]
+        run.event("quiet" if "quiet" not in failures else "not quiet; checking anyway")
+        # The sampler sees the quiet state a few more times.
+        seen = sampler.samples
+        wait_for(lambda: sampler.samples >= seen + 3 or not sampler.is_alive(), timeout=20,
+                 message="three more samples")
+    finally:
+        sampler.stop.set()
+        sampler.join(10)
+
+    try:
+        claims = run.claims()
+        pods = run.pods()
+        nodes = run.nodes()
+        classes = run.class_infos()
+        ours = [c for c in claims if _meta(c).get("namespace") in run.namespaces]
+        resource_of = {name: RESOURCE for name in run.classes.values()}
+
+        if sampler.errors:
+            failures["sampler"] = sampler.errors[:5]
+        if sampler.violation_count:
+            failures["I1 (sampled during the run)"] = sampler.report()
+        final_i1 = check_i1(claims, allocatable_of(nodes), lambda c: resource_of.get(c, RESOURCE))
+        if final_i1:
+            failures["I1 (final list)"] = list(final_i1)
+        if set(classes) != set(run.classes.values()):
+            failures["classes"] = [f"classes at the end: {sorted(classes)}, expected both of "
+                                   f"{sorted(run.classes.values())}"]
+        i2, i4 = check_reservations(ours, pods)
+        gated_fit = check_gated_pods(claims, pods, nodes, classes, run.template_specs(), time.time())
+        for name, found in (("I2", i2), ("I4 (stale reservations)", i4),
+                            ("I4 (gated pods whose set fits)", gated_fit),
+                            ("released pods hold their sets", check_released_pods(ours, pods)),
+                            ("cleanup (DESIGN §2/§5)", check_cleanup(ours, pods))):
+            if found:
+                failures[name] = found
+
+        n_gated = sum(gated(p) for p in pods)
+        n_running = sum(not gated(p) and not finished(p) for p in pods)
+        n_finished = sum(finished(p) for p in pods)
+        held = sum(int(c["spec"]["count"]) for c in claims if holds_gpus(c)
+                   and _status(c).get("nodeName") in {_meta(n)["name"] for n in nodes})
+        summary = (f"seed {seed}: {sampler.samples} samples, {len(run.created)} pods created, "
+                   f"{len(run.deleted)} deleted; at the end {n_running} released, {n_gated} gated, "
+                   f"{n_finished} finished, {held}/{sum(g for _, g, _, _ in NODES)} GPUs held, "
+                   f"{ctl.tracebacks()} tracebacks in the controller log; "
+                   f"{time.monotonic() - started:.0f}s")
+        print(f"[stress] {summary}", flush=True)
+        timeline = "\n".join(f"  t={t:6.2f}s {what}" for t, what in run.timeline)
+        report = "\n".join(f"{name}:\n" + "\n".join(f"  - {line}" for line in lines[:12])
+                           + (f"\n  ... and {len(lines) - 12} more" if len(lines) > 12 else "")
+                           for name, lines in failures.items())
+        # Namespaces are long (the test's name); the report calls them ns-a and ns-b.
+        legend = f"ns-a = {run.namespaces[0]}, ns-b = {run.namespaces[1]}"
+        for ns, alias in ((run.namespaces[1], "ns-b"), (run.namespaces[0], "ns-a")):
+            report = report.replace(ns, alias)
+        assert not failures, (f"invariants broken ({summary}); rerun with {SEED_ENV}={seed}\n"
+                              f"{legend}\n{report}\ntimeline:\n{timeline}\n"
+                              f"controller log, last distinct lines ({ctl.log}):\n"
+                              f"{ctl.distinct_tail()}")
+        assert sampler.samples > 50, f"the sampler must have watched the run ({sampler.samples} samples)"
+        assert sampler.seen_bound > 0, "nothing was ever bound: the run tested nothing"
+        assert n_running > 0 and n_gated > 0, "the run must end with pods released and pods waiting"
+    finally:
+        ctl.kill()
+        for name in run.classes.values():
+            try:
+                kube.request(api_client, "DELETE", f"{GROUP_PATH}/gpuclasses/{name}")
+            except kube.ApiError:
+                pass
+
+
+# -- every check can fail ----------------------------------------------------------------------
+
+
+def _claim(name: str, count: int, *, ns: str = "ns", cls: str = "a", phase: str = "Bound",
+           node: str | None = "n1", reserved: Iterable[tuple[str, str]] = (), template_of: str | None = None,
+           policy: str = "Release") -> Obj:
+    meta: Obj = {"name": name, "namespace": ns, "uid": f"uid-{name}"}
+    if template_of is not None:
+        meta["labels"] = {api.TEMPLATE_CLAIM_LABEL: api.TEMPLATE_CLAIM_LABEL_VALUE}
+        meta["ownerReferences"] = [{"kind": "Pod", "name": template_of, "uid": f"uid-{template_of}",
+                                    "controller": True}]
+    status: Obj = {"phase": phase, "reservedFor": [{"name": n, "uid": u} for n, u in reserved]}
+    if node:
+        status["nodeName"] = node
+    return {"metadata": meta, "spec": {"className": cls, "count": count, "reclaimPolicy": policy},
+            "status": status}
+
+
+def _pod(name: str, entries: list[Obj], *, ns: str = "ns", gate: bool = False, phase: str = "Running",
+         node: str | None = "n1") -> Obj:
+    spec: Obj = {"nodeName": node} if node and not gate else {}
+    if gate:
+        spec["schedulingGates"] = [{"name": api.SCHEDULING_GATE}]
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
+                         "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries)}},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def _node(name: str, gpus: int, labels: Mapping[str, str], ready: bool = True) -> Obj:
+    return {"metadata": {"name": name, "labels": dict(labels)}, "spec": {},
+            "status": {"allocatable": {RESOURCE: str(gpus), "cpu": "32"},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_each_check_trips_on_a_hand_made_violation() -> None:
+    alloc = {("n1", RESOURCE): 4, ("n2", RESOURCE): 2}
+    res = lambda cls: RESOURCE  # noqa: E731 - both classes count one resource
+    # I1: 3 + 2 on a 4-GPU node over two classes, and a Lost claim still reserved counts.
+    over = [_claim("x", 3, cls="a"), _claim("y", 2, cls="b"), _claim("z", 2, node="n2")]
+    found = check_i1(over, alloc, res)
+    assert len(found) == 1 and "node n1" in found[0] and "5 GPUs held > allocatable 4" in found[0] \
+        and "over by 1" in found[0], found
+    lost = [_claim("x", 3), _claim("l", 2, phase="Lost", reserved=[("p", "uid-p")])]
+    assert check_i1(lost, alloc, res)
+    fine = [_claim("x", 3), _claim("l", 2, phase="Lost"), _claim("p", 4, phase="Pending", node=None),
+            _claim("o", 9, node="not-ours")]
+    assert check_i1(fine, alloc, res) == []
+    assert allocatable_of([_node("n1", 4, {})]) == {("n1", RESOURCE): 4}
+
+    # I2 and I4.
+    p = _pod("p", [{"name": "g", "className": "a", "count": 1}, {"name": "u", "claim": "shared"}])
+    q = _pod("q", [{"name": "u", "claim": "shared"}])
+    done = _pod("done", [{"name": "g", "className": "a", "count": 1}], phase="Succeeded")
+    pods = [p, q, done]
+    assert check_reservations([_claim("p-g", 1, template_of="p", reserved=[("p", "uid-p")]),
+                               _claim("shared", 1, reserved=[("q", "uid-q")])], pods) == ([], [])
+    i2, _ = check_reservations([_claim("shared", 1, reserved=[("p", "uid-p"), ("q", "uid-q")])], pods)
+    assert any("2 pods" in m for m in i2), i2
+    i2, _ = check_reservations([_claim("other", 1, reserved=[("q", "uid-q")])], pods)
+    assert any("does not name it" in m for m in i2), i2
+    i2, _ = check_reservations([_claim("p-g", 1, template_of="someone", reserved=[("p", "uid-p")])], pods)
+    assert any("not its owner" in m for m in i2), i2
+    _, i4 = check_reservations([_claim("shared", 1, reserved=[("gone", "uid-gone")])], pods)
+    assert any("which is gone" in m for m in i4), i4
+    _, i4 = check_reservations([_claim("shared", 1, reserved=[("q", "uid-old-q")])], pods)
+    assert any("replaced" in m for m in i4), i4
+    _, i4 = check_reservations([_claim("done-g", 1, template_of="done", reserved=[("done", "uid-done")])],
+                               pods)
+    assert any("Succeeded" in m for m in i4), i4
+
+    # Released pods hold their sets; cleanup.
+    assert check_released_pods([_claim("q-x", 1), _claim("shared", 1, reserved=[("q", "uid-q")])],
+                               [q]) == []
+    assert check_released_pods([_claim("shared", 1, node="n2", reserved=[("q", "uid-q")])], [q])
+    assert check_released_pods([_claim("shared", 1, phase="Pending", node=None)], [q])
+    assert check_released_pods([], [q])
+    assert check_cleanup([_claim("gone-g", 1, template_of="gone")], pods)
+    assert check_cleanup([_claim("done-g", 1, template_of="done")], pods)
+    assert check_cleanup([_claim("free", 1)], pods)
+    assert check_cleanup([_claim("kept", 1, policy="Retain"), _claim("p-g", 1, template_of="p", reserved=[("p", "uid-p")])], pods) == []
+
+    # Gated pods: fits / does not fit.
+    classes = {"a": {"selector": {"pool": "a"}, "resource": RESOURCE},
+               "b": {"selector": {"pool": "b"}, "resource": RESOURCE}}
+    nodes = [_node("n1", 4, {"pool": "a"}), _node("n2", 2, {"pool": "a", "pool-b": "x"}),
+             _node("n3", 8, {"pool": "b"}, ready=False)]
+    w = _pod("w", [{"name": "g", "className": "a", "count": 2}], gate=True)
+    bound = [_claim("x", 3)]  # n1: 1 free, n2: 2 free
+    fits = check_gated_pods(bound, [w], nodes, classes, {}, time.time())
+    assert len(fits) == 1 and "fits on node n2" in fits[0], fits
+    assert check_gated_pods(bound + [_claim("y", 1, node="n2")], [w], nodes, classes, {}, time.time()) == []
+    # Class b is offered only on a node that is not Ready.
+    wb = _pod("wb", [{"name": "g", "className": "b", "count": 1}], gate=True)
+    assert check_gated_pods([], [wb], nodes, classes, {}, time.time()) == []
+    # A claim in use elsewhere, or a missing class: it may wait.
+    wu = _pod("wu", [{"name": "u", "claim": "shared"}], gate=True)
+    assert check_gated_pods([_claim("shared", 1, reserved=[("q", "uid-q")])], [wu], nodes, classes, {},
+                            time.time()) == []
+    assert check_gated_pods([], [wu], nodes, classes, {}, time.time()) == []
+    assert check_gated_pods([], [w], nodes, {"b": classes["b"]}, {}, time.time()) == []
+    # A template entry's size comes from its template; a Retain claim bound on n1 keeps the set there.
+    wt = _pod("wt", [{"name": "t", "template": "big"}], gate=True)
+    assert check_gated_pods([], [wt], nodes, classes, {("ns", "big"): {"className": "a", "count": 5}},
+                            time.time()) == []
+    assert check_gated_pods([], [wt], nodes, classes, {("ns", "big"): {"className": "a", "count": 4}},
+                            time.time())
+    wr = _pod("wr", [{"name": "u", "claim": "kept"}, {"name": "g", "className": "a", "count": 2}], gate=True)
+    kept = _claim("kept", 1, policy="Retain")  # on n1: 3 free, needs 2 more there
+    assert check_gated_pods([kept], [wr], nodes, classes, {}, time.time())
+    assert check_gated_pods([kept, _claim("x", 2)], [wr], nodes, classes, {}, time.time()) == []
+    # ... and moves as a whole (3 GPUs) to a node with room for all of it.
+    roomy = [*nodes, _node("n4", 4, {"pool": "a"})]
+    moved = check_gated_pods([kept, _claim("x", 2)], [wr], roomy, classes, {}, time.time())
+    assert len(moved) == 1 and "fits on node n4" in moved[0] and "'example.com/gpu': 3" in moved[0], moved
+    # A node rejected for the set until later is not a candidate.
+    rej = _claim("w-g", 2, phase="Pending", node=None)
+    rej["status"]["rejectedNodes"] = [{"nodeName": "n2", "until": "2999-01-01T00:00:00Z"}]
+    assert check_gated_pods(bound + [rej], [w], nodes, classes, {}, time.time()) == []
