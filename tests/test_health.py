@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from gpuclaimctl.cmd.endpoints import Check, EndpointServer, parse_bind_address
+from gpuclaimctl.cmd.endpoints import Check, EndpointServer
+from gpuclaimctl.cmd.options import Options
 
 LOCAL = "127.0.0.1:0"
 
@@ -228,22 +229,17 @@ def test_an_address_in_use_fails_start_and_leaves_nothing_listening(
     s.stop()
 
 
-@pytest.mark.parametrize(
-    ("address", "expected"),
-    [
-        pytest.param("0", None, id="zero-disables"),
-        pytest.param(":8080", ("", 8080), id="all-interfaces"),
-        pytest.param("127.0.0.1:0", ("127.0.0.1", 0), id="free-port"),
-        pytest.param("[::1]:9090", ("::1", 9090), id="ipv6"),
-        pytest.param("localhost:10257", ("localhost", 10257), id="hostname"),
-    ],
-)
-def test_bind_addresses_parse(address: str, expected: tuple[str, int] | None) -> None:
-    assert parse_bind_address(address) == expected
+@pytest.mark.parametrize("address", [":8080", "0.0.0.0:8080", "127.0.0.1:0", "[::1]:9090",
+                                     "localhost:10257", "0"])
+def test_an_address_the_flags_accept_is_one_the_server_takes(address: str) -> None:
+    Options(metrics_bind_address=address, health_bind_address=address).validate()
+    EndpointServer(registry=CollectorRegistry(), metrics_address=address, health_address=address)
 
 
 @pytest.mark.parametrize("address", ["8080", "host:", "host:http", ":70000", "::1:80", ""])
-def test_bad_bind_addresses_are_refused_with_one_line(address: str) -> None:
+def test_bad_bind_addresses_are_refused_with_one_line_by_the_flags_and_the_server(address: str) -> None:
     with pytest.raises(ValueError) as err:
         EndpointServer(registry=CollectorRegistry(), metrics_address=address)
     assert "\n" not in str(err.value)
+    with pytest.raises(ValueError):
+        Options(metrics_bind_address=address).validate()

@@ -57,7 +57,7 @@ SYNC_TIMEOUT = 120.0
 
 
 def run(options: Options) -> int:
-    logs.setup_logging(options.log_format.value, options.verbosity)
+    logs.setup_logging(options.log_format, options.verbosity)
     plane = None
     try:
         if options.local:

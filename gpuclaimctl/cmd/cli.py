@@ -15,8 +15,9 @@ from typing import Any
 import click
 
 from gpuclaimctl import __version__
+from gpuclaimctl.cmd.logs import LogFormat
+from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.model.api import Strategy
-from gpuclaimctl.cmd.options import LogFormat, Options
 
 
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"

@@ -26,11 +26,10 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from gpuclaimctl.cmd.bindaddress import DISABLED, parse_bind_address
 from gpuclaimctl.cmd.logs import get_logger
 
 _log = get_logger(__name__)
-
-DISABLED = "0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,31 +38,6 @@ class Check:
 
     name: str
     run: Callable[[], None]
-
-
-def parse_bind_address(address: str) -> tuple[str, int] | None:
-    """``"host:port"`` to a socket address; None for ``"0"`` (disabled).
-
-    Accepts ``":8080"`` (every interface), ``"127.0.0.1:0"`` (a free port),
-    ``"[::1]:8080"`` and ``"localhost:8080"``; raises ValueError otherwise.
-    """
-    text = address.strip()
-    if text == DISABLED:
-        return None
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        raise ValueError(f"bind address {address!r} must be host:port, :port or 0 to disable")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"bind address {address!r}: write an IPv6 host in brackets, [::1]:8080")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"bind address {address!r} has no valid port") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"bind address {address!r}: port must be 0-65535")
-    return host, port
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -153,8 +127,8 @@ class EndpointServer:
     ) -> None:
         self.registry = registry
         # Parsed now so a bad flag is refused before anything starts.
-        self._metrics_bind = parse_bind_address(metrics_address)
-        self._health_bind = parse_bind_address(health_address)
+        self._metrics_bind = parse_bind_address(metrics_address, "metrics address")
+        self._health_bind = parse_bind_address(health_address, "health address")
         self._same = (
             self._metrics_bind is not None
             and metrics_address.strip() == health_address.strip()

@@ -8,15 +8,11 @@ refused with one line before anything starts.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 
+from gpuclaimctl.cmd.bindaddress import parse_bind_address
+from gpuclaimctl.cmd.logs import LogFormat
 from gpuclaimctl.model.api import Strategy
-
-
-class LogFormat(str, enum.Enum):
-    TEXT = "text"
-    JSON = "json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,13 +92,3 @@ class Options:
                                  "1.2 × --leader-elect-retry-period")
             if self.retry_period <= 0:
                 raise ValueError("--leader-elect-retry-period must be positive")
-
-
-def parse_bind_address(value: str, flag: str = "address") -> tuple[str, int] | None:
-    """`host:port`, `:port` or `0` (disabled → None)."""
-    if value in ("0", ""):
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{flag} must be host:port, :port or 0, got {value!r}")
-    return (host.strip("[]") or "0.0.0.0", int(port))

@@ -1,0 +1,34 @@
+"""How a listen address is written (`--metrics-bind-address`, `--health-bind-address`).
+
+One parser, for the flag check in `Options.validate` and for the listener
+`EndpointServer` binds: an address the flags accept is one the server can
+bind, so a bad value is refused with one line before anything starts.
+"""
+
+from __future__ import annotations
+
+# kube-controller-manager's spelling of "no listener".
+DISABLED = "0"
+
+
+def parse_bind_address(value: str, flag: str = "bind address") -> tuple[str, int] | None:
+    """`host:port` as (host, port); None for `"0"` (disabled).
+
+    Accepts `:8080` (every interface, host ""), `0.0.0.0:8080`,
+    `127.0.0.1:0` (a free port), `localhost:8080` and `[::1]:8080`. Refuses,
+    with one line naming `flag`, anything else: no port, a port that is not
+    0-65535, an empty value, and an IPv6 host without brackets (`::1:8080`
+    cannot tell its host from its port).
+    """
+    text = value.strip()
+    if text == DISABLED:
+        return None
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
+        host = host[1:-1]
+    if not (sep and (bracketed or ":" not in host)
+            and port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise ValueError(f"{flag} must be host:port, :port, [ipv6]:port (port 0-65535) "
+                         f"or 0 to disable, got {value!r}")
+    return host, int(port)
