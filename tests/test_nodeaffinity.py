@@ -11,6 +11,7 @@ from gpuclaimctl.model.nodeaffinity import (
     PodNodeRules,
     Taint,
     Toleration,
+    VolumeConstraint,
     pin_to_node,
     pinned_node,
     untolerated_node_state_taint,
@@ -252,3 +253,75 @@ def test_pinned_node_ignores_a_pods_own_name_requirements() -> None:
     assert pinned_node(own) is None
     assert pinned_node(None) is None
     assert pinned_node(pin_to_node(own, "node-9")) == "node-9"
+
+
+# --- volumes ------------------------------------------------------------------
+
+
+def local_volume(host: str, pv: str = "pv-data") -> VolumeConstraint:
+    selector = NodeSelector.from_api(required({"matchExpressions": [expr("kubernetes.io/hostname", "In", host)]}))
+    return VolumeConstraint("data", "data", pv, selector)
+
+
+HOST_1 = {**LABELS, "kubernetes.io/hostname": "node-1"}
+
+
+@pytest.mark.parametrize(
+    "spec, volumes, taints, expected",
+    [
+        pytest.param(pod_spec(), (local_volume("node-1"),), (), None, id="volume-reaches-the-node"),
+        pytest.param(pod_spec(), (local_volume("node-2"),), (), Mismatch.VOLUME, id="volume-does-not-reach"),
+        pytest.param(pod_spec(), (local_volume("node-1"), local_volume("node-2", "pv-2")), (), Mismatch.VOLUME,
+                     id="every-volume-must-reach"),
+        pytest.param(pod_spec(nodeSelector={"zone": "b"}), (local_volume("node-2"),), (), Mismatch.NODE_SELECTOR,
+                     id="pods-own-rules-reported-first"),
+        pytest.param(pod_spec(), (local_volume("node-2"),), (Taint("gpu", "NoSchedule"),), Mismatch.VOLUME,
+                     id="volume-reported-before-taint"),
+    ],
+)
+def test_pod_rules_require_every_bound_volume_to_reach_the_node(
+    spec: dict[str, Any], volumes: tuple[VolumeConstraint, ...], taints: tuple[Taint, ...], expected: Mismatch | None
+) -> None:
+    rules = PodNodeRules.from_pod_spec(spec, volumes)
+    assert rules.mismatch("node-1", HOST_1, taints) is expected
+    assert rules.admits("node-1", HOST_1, taints) is (expected is None)
+
+
+def test_the_first_unreachable_volume_is_named() -> None:
+    rules = PodNodeRules.from_pod_spec({}, (local_volume("node-1", "pv-a"), local_volume("node-2", "pv-b")))
+    assert rules.unreachable_volume(HOST_1) == local_volume("node-2", "pv-b")
+    assert rules.unreachable_volume({**LABELS, "kubernetes.io/hostname": "node-2"}) == local_volume("node-1", "pv-a")
+    assert PodNodeRules.from_pod_spec({}).unreachable_volume(HOST_1) is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(None, id="none"),
+        pytest.param("zone=a", id="string"),
+        pytest.param({"nodeSelectorTerms": {"matchExpressions": []}}, id="terms-not-a-list"),
+        pytest.param({"nodeSelectorTerms": ["zone=a"]}, id="term-not-an-object"),
+        pytest.param(required({"matchExpressions": [["zone", "In", "a"]]}), id="requirement-not-an-object"),
+        pytest.param(required({"matchExpressions": [{"key": "gen", "operator": "Gt", "values": [7]}]}),
+                     id="value-not-a-string"),
+        pytest.param(required({"matchFields": "metadata.name"}), id="fields-not-a-list"),
+        pytest.param(required({"matchExpressions": [{"key": 1, "operator": "Exists"}]}), id="key-not-a-string"),
+    ],
+)
+def test_a_selector_not_in_the_apis_shape_matches_no_node_and_does_not_raise(raw: Any) -> None:
+    assert not NodeSelector.from_api(raw).matches("node-1", LABELS)
+
+
+def test_selectors_read_back_for_messages() -> None:
+    selector = NodeSelector.from_api(required(
+        {"matchExpressions": [expr("zone", "In", "a", "b"), expr("disk", "Exists")]},
+        {"matchFields": [expr("metadata.name", "In", "node-9")]},
+        {"matchExpressions": [expr("rack", "In", *(f"r{i}" for i in range(8)))]},
+    ))
+    assert str(selector) == (
+        "zone In [a, b] and disk Exists, or metadata.name In [node-9], or rack In [r0, r1, r2, r3, r4 and 3 more]"
+    )
+    volume = VolumeConstraint("data", "data", "pv-data", selector)
+    assert str(volume) == "PersistentVolume pv-data (claim data)"
+    assert "a label such as kubernetes.io/hostname" in volume.reach()
+    assert local_volume("node-3").reach() == "nodes matching kubernetes.io/hostname In [node-3]"

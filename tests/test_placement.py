@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
-from gpuclaimctl.model.nodeaffinity import PodNodeRules, Taint
+from gpuclaimctl.model.nodeaffinity import NodeSelector, PodNodeRules, Taint, VolumeConstraint
+from gpuclaimctl.model.volumes import volume_constraints
 from gpuclaimctl.decide.placement import (
     Action,
     Decision,
@@ -558,3 +559,113 @@ def test_an_unchanged_node_keeps_the_snapshot() -> None:
     cluster = Cluster([node("node-a")], [gpu_class()])
     assert cluster.with_node(node("node-a")) is cluster
     assert cluster.without_node("node-x") is cluster
+
+
+# --- bound volumes with node affinity (issue 10, item 13) ---------------------
+
+HOST = "kubernetes.io/hostname"
+
+
+def host(name: str, **kw: Any) -> NodeInfo:
+    labels = {HOST: name, **kw.pop("labels", {})}
+    return node(name, labels=labels, **kw)
+
+
+def local_volume(*hosts: str, pv: str = "pv-data", claim_name: str = "data") -> VolumeConstraint:
+    selector = NodeSelector.from_api({"nodeSelectorTerms": [{"matchExpressions": [req(HOST, "In", *hosts)]}]})
+    return VolumeConstraint(claim_name, claim_name, pv, selector)
+
+
+def decide_with(
+    volumes: tuple[VolumeConstraint, ...],
+    nodes: list[NodeInfo],
+    claims: list[ClaimState | UnresolvedClaim],
+    used: Usage | None = None,
+    classes: list[ClassInfo] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> Decision:
+    p = PodInfo("ns", "p", "pod-uid", NOW, PodNodeRules.from_pod_spec(spec or {}, volumes))
+    return decide(p, claims, Cluster(nodes, classes or [gpu_class()]), used or {}, NOW)
+
+
+@pytest.mark.parametrize(
+    "reaches, expect",
+    [
+        pytest.param(("node-b",), "node-b", id="only-the-node-the-volume-reaches"),
+        pytest.param(("node-a", "node-b"), "node-a", id="a-volume-every-node-reaches-changes-nothing"),
+    ],
+)
+def test_the_set_goes_only_where_its_bound_volume_is(reaches: tuple[str, ...], expect: str) -> None:
+    # Binpack prefers the fuller node-a.
+    d = decide_with((local_volume(*reaches),), [host("node-a"), host("node-b")], [claim()], used=A_FULLER)
+    assert isinstance(d, Placed) and d.node == expect, d
+
+
+def test_a_pod_read_from_the_api_goes_where_its_local_pv_is() -> None:
+    raw_pod = {"metadata": {"name": "train-0", "namespace": "ns", "uid": "pod-uid",
+                            "creationTimestamp": "2025-06-01T12:00:00Z"},
+               "spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "dataset"}}]}}
+    pvc = {"metadata": {"name": "dataset", "namespace": "ns"}, "spec": {"volumeName": "pv-local-b"}}
+    pv = {"metadata": {"name": "pv-local-b"}, "spec": {"local": {"path": "/mnt/ds"}, "nodeAffinity": {"required": {
+        "nodeSelectorTerms": [{"matchExpressions": [req(HOST, "In", "node-b")]}]}}}}
+    volumes = volume_constraints(raw_pod, lambda ns, n: pvc if (ns, n) == ("ns", "dataset") else None,
+                                 lambda n: pv if n == "pv-local-b" else None)
+    info = PodInfo.from_api(raw_pod, volumes=volumes)
+    d = decide(info, [claim()], Cluster([host("node-a"), host("node-b")], [gpu_class()]), A_FULLER, NOW)
+    assert isinstance(d, Placed) and d.node == "node-b", d
+    assert PodInfo.from_api(raw_pod).rules.volumes == (), "no volumes unless the caller passes them"
+
+
+def test_no_gpu_node_the_volume_reaches_waits_NodeAffinity_naming_the_volume() -> None:
+    d = decide_with((local_volume("cpu-1"),), [host("node-a"), host("node-b"), host("cpu-1", gpus=0)],
+                    [claim("x"), claim("y")])
+    assert isinstance(d, Waiting) and d.reason is WaitReason.NODE_AFFINITY, d
+    assert d.message == (
+        "GPUClaims x (1 × a100), y (1 × a100): PersistentVolume pv-data (claim data) is reachable only from "
+        "nodes matching kubernetes.io/hostname In [cpu-1]; none of them offers GPUClass a100"
+    )
+    assert {c: w.reason for c, w in d.claims.items()} == {"x": WaitReason.NODE_AFFINITY, "y": WaitReason.NODE_AFFINITY}
+
+
+def test_a_full_node_the_volume_reaches_makes_the_set_wait_for_capacity_there() -> None:
+    d = decide_with((local_volume("node-b"),), [host("node-a"), host("node-b")], [claim()],
+                    used={GPU: {"node-b": 8}})
+    assert isinstance(d, Waiting) and d.reason is WaitReason.CAPACITY, d
+    assert "the most free on a node the pod can use: 0 nvidia.com/gpu on node-b" in d.message
+    assert "1 node with room the pod's nodeSelector, affinity, tolerations or volumes exclude" in d.message
+
+
+def test_an_anchor_on_a_node_the_volume_cannot_reach_lets_the_set_move() -> None:
+    nodes, claims, used = [host("node-a"), host("node-b")], [bound("x", "node-a", 2)], {GPU: {"node-a": 2}}
+    stays = decide_with((), nodes, list(claims), used)
+    assert isinstance(stays, Placed) and stays.node == "node-a"
+    moves = decide_with((local_volume("node-b"),), nodes, list(claims), used)
+    assert isinstance(moves, Placed) and moves.node == "node-b", moves
+    assert [(a.claim, a.action, a.from_node) for a in moves.claims] == [("x", Action.MOVE, "node-a")]
+
+
+def test_a_stay_anchor_the_volume_cannot_reach_waits_NodeAffinity_naming_the_volume() -> None:
+    d = decide_with((local_volume("node-b"),), [host("node-a", cordoned=True), host("node-b")], [bound("x", "node-a")],
+                    classes=[gpu_class(on_cordon=OnCordon.STAY)])
+    assert isinstance(d, Waiting) and d.reason is WaitReason.NODE_AFFINITY, d
+    assert d.message.endswith("stays on node node-a (onCordon Stay), which PersistentVolume pv-data (claim data) "
+                              "cannot reach")
+
+
+def test_nodes_excluded_by_the_pods_rules_and_by_its_volume_are_both_counted() -> None:
+    nodes = [host("node-a", labels={"z": "1"}), host("node-b", labels={"z": "2"})]
+    d = decide_with((local_volume("node-a"),), nodes, [claim()], spec={"nodeSelector": {"z": "2"}})
+    assert isinstance(d, Waiting) and d.reason is WaitReason.NODE_AFFINITY, d
+    assert d.message.endswith(
+        "none of the 2 nodes offering GPUClass a100 suits the pod: 1 do not match its nodeSelector, "
+        "1 cannot reach PersistentVolume pv-data (claim data), reachable only from nodes matching "
+        "kubernetes.io/hostname In [node-a]"
+    )
+
+
+def test_two_volumes_on_different_nodes_name_both() -> None:
+    volumes = (local_volume("node-a", pv="pv-1", claim_name="one"), local_volume("node-b", pv="pv-2", claim_name="two"))
+    d = decide_with(volumes, [host("node-a"), host("node-b")], [claim()])
+    assert isinstance(d, Waiting) and d.reason is WaitReason.NODE_AFFINITY, d
+    assert "1 cannot reach PersistentVolume pv-1 (claim one)" in d.message
+    assert "1 cannot reach PersistentVolume pv-2 (claim two)" in d.message

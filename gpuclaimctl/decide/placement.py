@@ -25,8 +25,9 @@ Rules, in the order they are applied:
    (the claim sync decides) and is then placed again like a new one.
 3. Otherwise every node offering all the set's classes is a candidate. It
    must be Ready, not cordoned, not rejected for the set, admit the pod
-   (nodeSelector, required affinity, taints) and have enough free GPUs per
-   resource for the claims not already on it. Among those, binpack picks
+   (nodeSelector, required affinity, taints, and the node affinity of the
+   PersistentVolumes its volume claims are bound to) and have enough free
+   GPUs per resource for the claims not already on it. Among those, binpack picks
    the most allocated node afterwards (upstream MostAllocated), spread the
    least; then fewer (binpack) or more (spread) GPUs left free; then name.
 """
@@ -43,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
-from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, untolerated_taint
+from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, VolumeConstraint, untolerated_taint
 from gpuclaimctl.model.snapshot import (
     NO_USE,
     ClaimState,
@@ -316,10 +317,9 @@ class _Placer:
             )
         mismatch = self.pod.rules.mismatch(name, node.labels, node.blocking_taints)
         if mismatch is not None:
-            return self.wait(
-                WaitReason.NODE_AFFINITY,
-                f"{self.set_desc} stays on node {name} (onCordon Stay), which the pod's {mismatch} excludes",
-            )
+            volume = self.pod.rules.unreachable_volume(node.labels) if mismatch is Mismatch.VOLUME else None
+            why = f"which {volume} cannot reach" if volume else f"which the pod's {mismatch} excludes"
+            return self.wait(WaitReason.NODE_AFFINITY, f"{self.set_desc} stays on node {name} (onCordon Stay), {why}")
         if name in self.rejected:
             return self.wait(WaitReason.NODE_REJECTED, self.rejected_message(self.set_desc, [name]))
         return self.placed(
@@ -549,9 +549,9 @@ class _Placer:
             if budget <= 0:
                 break
         if roomy_excluded:
-            detail += (
-                f"; {_nodes(roomy_excluded)} with room the pod's nodeSelector, affinity or tolerations exclude"
-            )
+            excluders = "nodeSelector, affinity, tolerations or volumes" if self.pod.rules.volumes else \
+                "nodeSelector, affinity or tolerations"
+            detail += f"; {_nodes(roomy_excluded)} with room the pod's {excluders} exclude"
         if moved_from_cordon:
             return self.wait(
                 WaitReason.CORDONED,
@@ -566,16 +566,36 @@ class _Placer:
         rules = self.pod.rules
         mismatches: Counter[Mismatch] = Counter()
         example_taint: Taint | None = None
+        # PV name -> nodes where it is the first volume the node cannot reach.
+        unreached: Counter[str] = Counter()
         for node in universe:
             mismatch = rules.mismatch(node.name, node.labels, node.blocking_taints)
             if mismatch is not None:
                 mismatches[mismatch] += 1
             if mismatch is Mismatch.TAINT and example_taint is None:
                 example_taint = untolerated_taint(rules.tolerations, node.blocking_taints)
-        parts = [
-            f"{count} {_MISMATCH_TEXT[m]}" + (f" ({example_taint})" if m is Mismatch.TAINT and example_taint else "")
-            for m, count in sorted(mismatches.items())
-        ]
+            elif mismatch is Mismatch.VOLUME:
+                volume = rules.unreachable_volume(node.labels)
+                if volume is not None:
+                    unreached[volume.pv] += 1
+        volumes = {v.pv: v for v in rules.volumes}
+        if len(unreached) == 1 and set(mismatches) == {Mismatch.VOLUME}:
+            # Every node offering the classes passes the pod's own rules
+            # but not this volume's: say where the volume is.
+            only = volumes[next(iter(unreached))]
+            return self.wait(
+                WaitReason.NODE_AFFINITY,
+                f"{self.set_desc}: {only} is reachable only from {only.reach()}; none of them offers {classes}",
+            )
+        parts: list[str] = []
+        for m in Mismatch:
+            if not mismatches[m]:
+                continue
+            if m is Mismatch.VOLUME:
+                parts += [_unreached(volumes[pv], n) for pv, n in unreached.most_common(_SHOWN_VOLUMES)]
+            else:
+                parts.append(f"{mismatches[m]} {_MISMATCH_TEXT[m]}"
+                             + (f" ({example_taint})" if m is Mismatch.TAINT and example_taint else ""))
         return self.wait(
             WaitReason.NODE_AFFINITY,
             f"{self.set_desc}: none of the {_nodes(len(universe))} offering {classes} suits the pod: "
@@ -599,6 +619,13 @@ _MISMATCH_TEXT = {
     Mismatch.NODE_AFFINITY: "do not match its required node affinity",
     Mismatch.TAINT: "have a taint it does not tolerate",
 }
+
+# Volumes a message names: it ends up in an event, whose note is capped at 1 kB.
+_SHOWN_VOLUMES = 2
+
+
+def _unreached(volume: VolumeConstraint, nodes: int) -> str:
+    return f"{nodes} cannot reach {volume}, reachable only from {volume.reach()}"
 
 
 def _nodes(n: int) -> str:

@@ -5,9 +5,13 @@ controller does not pin a pod where the scheduler will refuse it:
 `nodeSelector`, required node affinity (k8s.io/component-helpers
 `nodeaffinity`: terms ORed, requirements within a term ANDed, an empty term
 or one that does not parse matches nothing) and NoSchedule/NoExecute taints
-against tolerations (`v1helper.TolerationsTolerateTaint`). Validation of
-the pod is the API server's job; here a malformed requirement simply
-matches no node, as upstream's lazy-error selector does.
+against tolerations (`v1helper.TolerationsTolerateTaint`), and the required
+node affinity of the PersistentVolumes bound to the pod's
+PersistentVolumeClaims (the VolumeBinding filter's `CheckNodeAffinity`).
+Validation of the pod is the API server's job; here a malformed requirement
+simply matches no node, as upstream's lazy-error selector does, and a
+selector that is not even the API's shape (a PV written by hand, say)
+matches no node rather than raising.
 
 `pin_to_node` builds the node affinity a release writes (DESIGN.md §3).
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -119,19 +123,12 @@ def untolerated_node_state_taint(tolerations: Iterable[Toleration], taints: Iter
 
 @dataclass(frozen=True)
 class Requirement:
-    """One NodeSelectorRequirement; `valid` False makes its term match nothing."""
+    """One NodeSelectorRequirement; an invalid one (`valid_for_labels`,
+    `valid_for_fields`) makes its term match nothing."""
 
     key: str
     operator: str
     values: tuple[str, ...] = ()
-
-    @classmethod
-    def from_api(cls, raw: Mapping[str, Any]) -> Requirement:
-        return cls(
-            key=raw.get("key", ""),
-            operator=raw.get("operator", ""),
-            values=tuple(raw.get("values") or ()),
-        )
 
     @property
     def valid_for_labels(self) -> bool:
@@ -174,6 +171,37 @@ class Requirement:
             return actual == self.values[0]
         return actual != self.values[0]
 
+    def __str__(self) -> str:
+        if not self.values:
+            return f"{self.key} {self.operator}"
+        shown = ", ".join(self.values[:_SHOWN_VALUES])
+        more = f" and {len(self.values) - _SHOWN_VALUES} more" if len(self.values) > _SHOWN_VALUES else ""
+        return f"{self.key} {self.operator} [{shown}{more}]"
+
+
+# Values of one requirement a message spells out: messages end up in events,
+# whose note the API server caps at 1 kB.
+_SHOWN_VALUES = 5
+
+
+def _requirements(raw: Any) -> tuple[Requirement, ...] | None:
+    """A term's matchExpressions or matchFields, or None if they are not the
+    API's shape (a list of {key, operator, values: [str]})."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for r in raw:
+        if not isinstance(r, Mapping):
+            return None
+        key, op, values = r.get("key", ""), r.get("operator", ""), r.get("values") or []
+        if not (isinstance(key, str) and isinstance(op, str) and isinstance(values, list)
+                and all(isinstance(v, str) for v in values)):
+            return None
+        out.append(Requirement(key, op, tuple(values)))
+    return tuple(out)
+
 
 @dataclass(frozen=True)
 class Term:
@@ -185,9 +213,13 @@ class Term:
     usable: bool = True
 
     @classmethod
-    def from_api(cls, raw: Mapping[str, Any]) -> Term:
-        exprs = tuple(Requirement.from_api(r) for r in raw.get("matchExpressions") or ())
-        fields = tuple(Requirement.from_api(r) for r in raw.get("matchFields") or ())
+    def from_api(cls, raw: Any) -> Term:
+        if not isinstance(raw, Mapping):
+            return cls(usable=False)
+        exprs = _requirements(raw.get("matchExpressions"))
+        fields = _requirements(raw.get("matchFields"))
+        if exprs is None or fields is None:
+            return cls(usable=False)
         usable = bool(exprs or fields) and all(r.valid_for_labels for r in exprs) and all(
             r.valid_for_fields for r in fields
         )
@@ -200,6 +232,10 @@ class Term:
             r.matches_fields(node_name) for r in self.match_fields
         )
 
+    def __str__(self) -> str:
+        reqs = self.match_expressions + self.match_fields
+        return " and ".join(str(r) for r in reqs) if reqs else "(an empty term)"
+
 
 @dataclass(frozen=True)
 class NodeSelector:
@@ -209,11 +245,47 @@ class NodeSelector:
     terms: tuple[Term, ...]
 
     @classmethod
-    def from_api(cls, raw: Mapping[str, Any]) -> NodeSelector:
-        return cls(tuple(Term.from_api(t) for t in raw.get("nodeSelectorTerms") or ()))
+    def from_api(cls, raw: Any) -> NodeSelector:
+        terms = raw.get("nodeSelectorTerms") if isinstance(raw, Mapping) else None
+        if not isinstance(terms, list):
+            return cls(())
+        return cls(tuple(Term.from_api(t) for t in terms))
 
     def matches(self, node_name: str, labels: Mapping[str, str]) -> bool:
         return any(t.matches(node_name, labels) for t in self.terms)
+
+    def __str__(self) -> str:
+        """`zone In [a] and disk Exists, or host In [n3]`, for messages."""
+        return ", or ".join(str(t) for t in self.terms) if self.terms else "(no terms)"
+
+
+@dataclass(frozen=True)
+class VolumeConstraint:
+    """A PersistentVolume bound to one of the pod's PersistentVolumeClaims,
+    whose required node affinity says which nodes can reach it (a local
+    disk, a zonal volume). Built by `model.volumes.volume_constraints`."""
+
+    volume: str  # the pod's volume
+    claim: str  # the PersistentVolumeClaim, in the pod's namespace
+    pv: str  # the PersistentVolume it is bound to
+    selector: NodeSelector
+
+    def reaches(self, labels: Mapping[str, str]) -> bool:
+        # CheckNodeAffinity matches the PV's terms against a node made of the
+        # labels alone: a matchFields metadata.name term sees "" there, so it
+        # reaches no node (In) or every node (NotIn) for the scheduler too.
+        return self.selector.matches("", labels)
+
+    def __str__(self) -> str:
+        return f"PersistentVolume {self.pv} (claim {self.claim})"
+
+    def reach(self) -> str:
+        """Which nodes reach it, for messages."""
+        text = f"nodes matching {self.selector}"
+        if any(t.match_fields for t in self.selector.terms):
+            text += " (the scheduler checks a volume's matchFields against no node name; a label such as " \
+                    "kubernetes.io/hostname selects a node)"
+        return text
 
 
 class Mismatch(StrEnum):
@@ -221,6 +293,7 @@ class Mismatch(StrEnum):
 
     NODE_SELECTOR = "nodeSelector"
     NODE_AFFINITY = "required node affinity"
+    VOLUME = "volume node affinity"
     TAINT = "untolerated taint"
 
 
@@ -232,20 +305,25 @@ class PodNodeRules:
     node_selector: tuple[tuple[str, str], ...] = ()
     required: NodeSelector | None = None
     tolerations: tuple[Toleration, ...] = ()
+    # Every one must reach the node; none for a pod without bound volumes
+    # that have node affinity.
+    volumes: tuple[VolumeConstraint, ...] = ()
     # Precomputed: nothing but taints can exclude a node.
     _labels_free: bool = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_labels_free", not self.node_selector and self.required is None)
+        object.__setattr__(
+            self, "_labels_free", not self.node_selector and self.required is None and not self.volumes
+        )
 
     @classmethod
-    def from_pod_spec(cls, spec: Mapping[str, Any]) -> PodNodeRules:
+    def from_pod_spec(cls, spec: Mapping[str, Any], volumes: Sequence[VolumeConstraint] = ()) -> PodNodeRules:
         selector = tuple(sorted((spec.get("nodeSelector") or {}).items()))
         node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
         raw_required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
         required = NodeSelector.from_api(raw_required) if raw_required is not None else None
         tolerations = tuple(Toleration.from_api(t) for t in spec.get("tolerations") or ())
-        return cls(node_selector=selector, required=required, tolerations=tolerations)
+        return cls(node_selector=selector, required=required, tolerations=tolerations, volumes=tuple(volumes))
 
     def mismatch(self, node_name: str, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> Mismatch | None:
         """The first rule `node` breaks, or None if the pod may run there."""
@@ -255,9 +333,16 @@ class PodNodeRules:
                     return Mismatch.NODE_SELECTOR
             if self.required is not None and not self.required.matches(node_name, labels):
                 return Mismatch.NODE_AFFINITY
+            for v in self.volumes:
+                if not v.reaches(labels):
+                    return Mismatch.VOLUME
         if taints and untolerated_taint(self.tolerations, taints) is not None:
             return Mismatch.TAINT
         return None
+
+    def unreachable_volume(self, labels: Mapping[str, str]) -> VolumeConstraint | None:
+        """The first of the pod's volumes a node with `labels` cannot reach."""
+        return next((v for v in self.volumes if not v.reaches(labels)), None)
 
     def admits(self, node_name: str, labels: Mapping[str, str], taints: tuple[Taint, ...]) -> bool:
         return self.mismatch(node_name, labels, taints) is None

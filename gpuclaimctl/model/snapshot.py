@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -30,6 +30,7 @@ from gpuclaimctl.model.nodeaffinity import (
     NODE_STATE_TAINTS,
     PodNodeRules,
     Taint,
+    VolumeConstraint,
 )
 
 # resource name -> node name -> GPUs in use (bound claims, pods without
@@ -208,10 +209,14 @@ class PodInfo:
     name: str
     uid: str
     created: datetime
+    # Its nodeSelector, required affinity, tolerations and the node affinity
+    # of its bound volumes: every check of a node goes through these.
     rules: PodNodeRules = PodNodeRules()
 
     @classmethod
-    def from_api(cls, pod: Mapping[str, Any]) -> PodInfo:
+    def from_api(cls, pod: Mapping[str, Any], volumes: Sequence[VolumeConstraint] = ()) -> PodInfo:
+        """`volumes`: `model.volumes.volume_constraints(pod, ...)`, read from
+        the PVC and PV listers by the caller; none by default."""
         meta = pod.get("metadata") or {}
         created = parse_time(meta.get("creationTimestamp"))
         if created is None:
@@ -221,7 +226,7 @@ class PodInfo:
             name=meta.get("name", ""),
             uid=meta.get("uid", ""),
             created=created,
-            rules=PodNodeRules.from_pod_spec(pod.get("spec") or {}),
+            rules=PodNodeRules.from_pod_spec(pod.get("spec") or {}, volumes),
         )
 
 
