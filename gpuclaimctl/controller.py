@@ -24,8 +24,9 @@ from gpuclaimctl.client.fence import NotLeader
 from gpuclaimctl.client.kube import ApiError
 from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound, Writer
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -63,10 +64,8 @@ def node_health(node: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """What ends a rejection early: allocatable, taints, readiness."""
     if node is None:
         return ()
-    status = node.get("status") or {}
-    ready = next((c.get("status") for c in status.get("conditions") or ()
-                  if c.get("type") == "Ready"), None)
-    return (status.get("allocatable"), (node.get("spec") or {}).get("taints"), ready)
+    ready = (ready_condition(node) or {}).get("status")
+    return ((node.get("status") or {}).get("allocatable"), (node.get("spec") or {}).get("taints"), ready)
 
 
 class Controller:
@@ -375,7 +374,7 @@ class Handlers:
         name = new["metadata"]["name"]
         health_changed = old is not None and node_health(old) != node_health(new)
         changed = self.view.apply_node(
-            new, ready=indexes.node_ready(new), not_ready_since=_not_ready_since(new),
+            new, ready=node_ready(new), not_ready_since=not_ready_since(new),
             health_changed=health_changed, recreated=old is None)
         if health_changed:
             for c in self.ctx.claims.by_index(indexes.CLAIMS_BY_REJECTED_NODE, name):
@@ -434,13 +433,6 @@ def _ours(pod: Obj) -> bool:
 def _holds_gpus(claim: Obj) -> bool:
     status = claim.get("status") or {}
     return status.get("phase") == api.Phase.BOUND and bool(status.get("nodeName"))
-
-
-def _not_ready_since(node: Obj) -> datetime | None:
-    for c in (node.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "Ready" and c.get("status") != "True":
-            return parse_time(c.get("lastTransitionTime"))
-    return None
 
 
 def _is_expected(e: Exception) -> bool:

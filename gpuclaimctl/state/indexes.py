@@ -24,14 +24,6 @@ WAITING_PODS = "waiting-pods"                    # "" for every pod that carries
 Obj = dict[str, Any]
 
 
-def node_ready(node: Obj | None) -> bool:
-    """The node's Ready condition is True (a missing node is not Ready)."""
-    for c in ((node or {}).get("status") or {}).get("conditions") or ():
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return False
-
-
 def claims_by_owner_pod(claim: Obj) -> list[str]:
     meta = _field(claim, "metadata")
     for ref in _dicts(meta.get("ownerReferences")):

@@ -22,9 +22,9 @@ from gpuclaimctl.decide.claimplan import (
     template_owner_uid,
 )
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.state import indexes
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.state.indexes import node_ready
 from gpuclaimctl.sync.context import CLAIM, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.claims")

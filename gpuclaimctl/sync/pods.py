@@ -35,6 +35,7 @@ from gpuclaimctl.decide.placement import Placed, Waiting, decide
 from gpuclaimctl.decide.podplan import Found, ToCreate
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodeaffinity import Taint, Toleration, untolerated_node_state_taint
+from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.model.podclaims import EntrySource, PodClaimsError, pod_claims
 from gpuclaimctl.model.snapshot import (
     ClaimState,
@@ -46,7 +47,6 @@ from gpuclaimctl.model.snapshot import (
     parse_time,
 )
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.state.indexes import node_ready
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.pods")
