@@ -23,6 +23,8 @@ from gpuclaimctl.model.podclaims import (
     pod_claims,
     template_claim,
     template_claim_name,
+    template_owner_name,
+    template_owner_uid,
 )
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -204,6 +206,7 @@ def test_inline_entry_gets_a_claim_owned_by_the_pod() -> None:
     assert claim["spec"] == {"className": "a100", "count": 1}
     assert is_template_claim_of(claim, "uid-1")
     assert not is_template_claim_of(claim, "uid-2")
+    assert (template_owner_uid(claim), template_owner_name(claim)) == ("uid-1", "trainer")
 
 
 def test_template_entry_copies_the_templates_metadata_and_spec() -> None:
@@ -224,6 +227,7 @@ def test_a_users_claim_with_a_template_claims_name_is_not_the_pods() -> None:
     users = {"metadata": {"name": "trainer-pair", "ownerReferences": [
         {"kind": "Pod", "uid": "uid-1", "controller": True}]}}
     assert not is_template_claim_of(users, "uid-1")  # no template label
+    assert (template_owner_uid(users), template_owner_name(users)) == ("", "")
 
 
 def test_a_claim_reference_has_nothing_to_create() -> None:

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl.model import api
-from gpuclaimctl.model.podclaims import has_gate, named_claims
+from gpuclaimctl.model.podclaims import has_gate, named_claims, template_owner_uid
 from gpuclaimctl.model.snapshot import parse_time
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -218,22 +218,3 @@ def rejection_made_by(until: datetime, reject_for: float) -> datetime:
     ends it; an earlier one may have come before the rejection (may even be
     the change the node was refused for) and does not."""
     return until - timedelta(seconds=reject_for) + _UNTIL_PRECISION
-
-
-def template_owner_uid(claim: Mapping[str, Any]) -> str:
-    """The uid of the pod a template claim was made for, or "" for any other claim."""
-    meta = claim.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(api.TEMPLATE_CLAIM_LABEL) != api.TEMPLATE_CLAIM_LABEL_VALUE:
-        return ""
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Pod":
-            return str(ref.get("uid", ""))
-    return ""
-
-
-def owner_name(claim: Mapping[str, Any]) -> str:
-    for ref in (claim.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Pod":
-            return str(ref.get("name", ""))
-    return ""

@@ -15,11 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuclaimctl.decide.claimplan import owner_name, template_owner_uid
 from gpuclaimctl.decide.placement import ClaimWait
 from gpuclaimctl.model import api
 from gpuclaimctl.model.nodeaffinity import pin_to_node
-from gpuclaimctl.model.podclaims import ClaimEntry, EntrySource, is_template_claim_of, template_claim
+from gpuclaimctl.model.owners import controller_ref
+from gpuclaimctl.model.podclaims import (
+    ClaimEntry,
+    EntrySource,
+    is_template_claim_of,
+    template_claim,
+    template_owner_name,
+    template_owner_uid,
+)
 from gpuclaimctl.model.snapshot import Rejection, UnresolvedClaim, format_time
 
 Obj = dict[str, Any]
@@ -73,9 +80,9 @@ def _named_claim(claim: Mapping[str, Any] | None, name: str, ns: str, pod_uid: s
     if owner and owner != pod_uid:
         # A template claim belongs to its owner pod alone (DESIGN I2).
         return UnresolvedClaim(name, api.WaitReason.CLAIM_IN_USE,
-                               f"GPUClaim {name!r} was made for pod {owner_name(claim)!r} from its "
-                               "template or inline entry and serves that pod alone; name a "
-                               "GPUClaim of your own")
+                               f"GPUClaim {name!r} was made for pod {template_owner_name(claim)!r} "
+                               "from its template or inline entry and serves that pod alone; "
+                               "name a GPUClaim of your own")
     return Found(claim)
 
 
@@ -83,7 +90,7 @@ def _template_claim(claim: Mapping[str, Any], name: str, entry: ClaimEntry, pod_
                     pod_uid: str) -> Resolved:
     if is_template_claim_of(claim, pod_uid):
         return Found(claim)
-    if template_owner_uid(claim) and owner_name(claim) == pod_name:
+    if template_owner_uid(claim) and template_owner_name(claim) == pod_name:
         # A pod recreated under the same name (a StatefulSet's): its
         # predecessor's claim goes first; the claim sync deletes it.
         return UnresolvedClaim(name, api.WaitReason.CLAIM_IN_USE,
@@ -187,18 +194,15 @@ def released_pod(pod: Mapping[str, Any], node: str) -> Obj:
     return released
 
 
-def controller_owner(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The object's controller ownerReference, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return ref  # type: ignore[no-any-return]
-    return None
+# Kept until sync.pods calls model.owners.controller_ref itself (that file is
+# mid-change by another hand); not a second rule, the same function.
+controller_owner = controller_ref
 
 
 def set_key(pod: Mapping[str, Any], entries: Sequence[ClaimEntry]) -> tuple[str, str]:
     """Who a rejection of template/inline claims applies to: the pod's owner
     (a Job's or ReplicaSet's next pod inherits it), or the pod itself."""
     meta = pod["metadata"]
-    owner = controller_owner(pod)
+    owner = controller_ref(pod)
     who = (owner or {}).get("uid") or f"pod/{meta['name']}"
     return meta["namespace"], who + "|" + ",".join(sorted(e.name for e in entries))

@@ -30,6 +30,7 @@ from gpuclaimctl.model.api import (
     TEMPLATE_CLAIM_LABEL,
     TEMPLATE_CLAIM_LABEL_VALUE,
 )
+from gpuclaimctl.model.owners import controller_pod
 
 # Bounds the work a malformed pod can cause; far above any node's GPU set.
 MAX_ENTRIES = 32
@@ -245,17 +246,30 @@ def template_claim(
     }
 
 
+def template_owner(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference of the pod a template claim was made for; None for
+    any other claim (no template label, or no controller pod)."""
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    if labels.get(TEMPLATE_CLAIM_LABEL) != TEMPLATE_CLAIM_LABEL_VALUE:
+        return None
+    return controller_pod(claim)
+
+
+def template_owner_uid(claim: Mapping[str, Any]) -> str:
+    """The uid of the pod a template claim was made for, or "" for any other claim."""
+    return str((template_owner(claim) or {}).get("uid") or "")
+
+
+def template_owner_name(claim: Mapping[str, Any]) -> str:
+    """The name of the pod a template claim was made for, or "" for any other claim."""
+    return str((template_owner(claim) or {}).get("name") or "")
+
+
 def is_template_claim_of(claim: Mapping[str, Any], pod_uid: str) -> bool:
     """True if `claim` is a template claim controlled by the pod `pod_uid`
     (anything else under a template claim's name is NameTaken or an older
     pod's claim)."""
-    meta = claim.get("metadata") or {}
-    if (meta.get("labels") or {}).get(TEMPLATE_CLAIM_LABEL) != TEMPLATE_CLAIM_LABEL_VALUE:
-        return False
-    return any(
-        ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid") == pod_uid
-        for ref in meta.get("ownerReferences") or ()
-    )
+    return bool(pod_uid) and template_owner_uid(claim) == pod_uid
 
 
 # --- validation helpers ---------------------------------------------------

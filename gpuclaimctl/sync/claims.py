@@ -14,17 +14,11 @@ import logging
 from typing import Any
 
 from gpuclaimctl.client.writer import NotFound
-from gpuclaimctl.decide.claimplan import (
-    NodeFacts,
-    PodFacts,
-    owner_name,
-    plan_claim,
-    template_owner_uid,
-)
+from gpuclaimctl.decide.claimplan import NodeFacts, PodFacts, plan_claim
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.state import indexes
-from gpuclaimctl.model.podclaims import has_gate
+from gpuclaimctl.model.podclaims import has_gate, template_owner_name, template_owner_uid
 from gpuclaimctl.sync.context import CLAIM, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.claims")
@@ -47,7 +41,7 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
     owner: PodFacts | None | bool = False
     owner_uid = template_owner_uid(claim)
     if owner_uid:
-        owner = _pod_facts(ctx, ns, owner_name(claim), owner_uid, name)
+        owner = _pod_facts(ctx, ns, template_owner_name(claim), owner_uid, name)
 
     node = None
     if status.get("nodeName"):
