@@ -40,6 +40,8 @@ from informers import (
     GPU_CLAIMS,
     GPU_CLASSES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
     PODS,
     DeletedFinalStateUnknown,
     EventHandlerFuncs,
@@ -86,6 +88,7 @@ class Controller:
         self.ctx = SyncContext(
             pods=factory.pods(), claims=factory.gpu_claims(), nodes=factory.nodes(),
             classes=factory.gpu_classes(), templates=factory.gpu_claim_templates(),
+            pvcs=factory.persistent_volume_claims(), pvs=factory.persistent_volumes(),
             writer=writer, view=self.view, memories=Memories(reject_for=settings.reject_for),
             turnstile=AgeTurnstile(), enqueue=self.queue.add, enqueue_after=self.queue.add_after,
             settings=settings, metrics=metrics, now=now)
@@ -108,6 +111,12 @@ class Controller:
                 EventHandlerFuncs(add=handlers.template_changed,
                                   update=lambda _o, n: handlers.template_changed(n)),
                 name="gpuclaimctl-templates"),
+            factory.informer_for(PERSISTENT_VOLUME_CLAIMS).add_event_handler(
+                EventHandlerFuncs(add=handlers.pvc_changed, update=lambda _o, n: handlers.pvc_changed(n),
+                                  delete=handlers.pvc_changed), name="gpuclaimctl-pvcs"),
+            factory.informer_for(PERSISTENT_VOLUMES).add_event_handler(
+                EventHandlerFuncs(add=handlers.pv_changed, update=lambda _o, n: handlers.pv_changed(n),
+                                  delete=handlers.pv_changed), name="gpuclaimctl-pvs"),
         ]
         self._workers: list[threading.Thread] = []
         self._abandoned = threading.Event()
@@ -407,6 +416,23 @@ class Handlers:
 
     def template_changed(self, template: Obj) -> None:
         self.enqueue_waiting_pods(template["metadata"].get("namespace"))
+
+    def pvc_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        """A volume claim bound (or gone): the gated pods using it may now
+        be constrained to other nodes."""
+        pvc = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        if pvc is not None:
+            self._enqueue_pods_of_pvc(keys.key_of(pvc))
+
+    def pv_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        pv = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        ref = ((pv or {}).get("spec") or {}).get("claimRef") or {}
+        if ref.get("name"):
+            self._enqueue_pods_of_pvc(keys.namespaced(ref.get("namespace"), ref["name"]))
+
+    def _enqueue_pods_of_pvc(self, key: str) -> None:
+        for p in self.ctx.pods.by_index(indexes.PODS_BY_PVC, key):
+            self.queue.add(POD + keys.key_of(p))
 
 
 # -- small helpers ----------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from informers.listers import (
     GPUClassLister,
     NamespacedLister,
     NodeLister,
+    PersistentVolumeClaimLister,
+    PersistentVolumeLister,
     PodLister,
 )
 from informers.listwatch import ListerWatcher, ListPage, WatchStream
@@ -40,6 +42,8 @@ from informers.resource import (
     GPU_CLAIMS,
     GPU_CLASSES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
     PODS,
     Resource,
 )
@@ -78,7 +82,11 @@ __all__ = [
     "NODES",
     "NamespacedLister",
     "NodeLister",
+    "PERSISTENT_VOLUMES",
+    "PERSISTENT_VOLUME_CLAIMS",
     "PODS",
+    "PersistentVolumeClaimLister",
+    "PersistentVolumeLister",
     "PodLister",
     "RealClock",
     "Reflector",

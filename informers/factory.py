@@ -22,6 +22,8 @@ from informers.listers import (
     GPUClaimTemplateLister,
     GPUClassLister,
     NodeLister,
+    PersistentVolumeClaimLister,
+    PersistentVolumeLister,
     PodLister,
     _Lister,
 )
@@ -174,3 +176,9 @@ class SharedInformerFactory:
 
     def gpu_claim_templates(self) -> GPUClaimTemplateLister:
         return self._lister(GPUClaimTemplateLister)
+
+    def persistent_volume_claims(self) -> PersistentVolumeClaimLister:
+        return self._lister(PersistentVolumeClaimLister)
+
+    def persistent_volumes(self) -> PersistentVolumeLister:
+        return self._lister(PersistentVolumeLister)

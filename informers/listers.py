@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Mapping
 
 from informers.objects import KubeObject
-from informers.resource import GPU_CLAIM_TEMPLATES, GPU_CLAIMS, GPU_CLASSES, NODES, PODS, Resource
+from informers.resource import (
+    GPU_CLAIM_TEMPLATES,
+    GPU_CLAIMS,
+    GPU_CLASSES,
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    Resource,
+)
 from informers.store import NAMESPACE_INDEX, Indexer
 
 
@@ -79,3 +88,11 @@ class GPUClaimLister(NamespacedLister):
 
 class GPUClaimTemplateLister(NamespacedLister):
     resource = GPU_CLAIM_TEMPLATES
+
+
+class PersistentVolumeClaimLister(NamespacedLister):
+    resource = PERSISTENT_VOLUME_CLAIMS
+
+
+class PersistentVolumeLister(ClusterLister):
+    resource = PERSISTENT_VOLUMES

@@ -42,6 +42,8 @@ class Resource:
 PODS = Resource("", "v1", "pods", namespaced=True)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 CONFIG_MAPS = Resource("", "v1", "configmaps", namespaced=True)
+PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", namespaced=True)
+PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
 
 CRD_GROUP = "gpuclaimctl.io"
 CRD_VERSION = "v1alpha1"

@@ -484,3 +484,52 @@ def test_a_claim_whose_node_vanished_is_lost_and_placed_again_for_its_next_pod(
     moved = cluster.get_claim("keep")
     assert moved is not None and moved["status"]["phase"] == "Bound"
     assert moved["status"]["nodeName"] == spare
+
+
+def test_a_pod_whose_volume_reaches_one_node_is_placed_there_and_waits_when_none_can_take_it(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any], api_client: client.ApiClient,
+) -> None:
+    """Issue 10, item 13: a PersistentVolume with node affinity (a local disk
+    with a dataset) limits the candidates to the nodes it reaches; binpack
+    alone would pick the fuller node."""
+    full = node_name(gpu_nodes("fuller", gpus=4, labels=cluster.label))
+    disk = node_name(gpu_nodes("disk", gpus=8, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    pv = f"data-{cluster.tag}"
+    cluster.core.create_persistent_volume({
+        "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "hostPath": {"path": "/tmp/data"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [disk]}]}]}}}})
+    try:
+        cluster.core.create_namespaced_persistent_volume_claim(cluster.ns, {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+        wait_for(lambda: cluster.core.read_namespaced_persistent_volume_claim("data", cluster.ns)
+                 .status.phase == "Bound", timeout=60, message="kube-controller-manager to bind the PVC")
+        run_controller()
+        cluster.claim("warm", cls, 3)  # makes `fuller` the binpack choice
+        cluster.pod("other", [{"name": "g", "claim": "warm"}])
+        wait_for(lambda: cluster.running_on("other", full) or cluster.running_on("other", disk), timeout=60,
+                 message="the first pod Running")
+        manifest = cluster.pod_manifest("reader", [{"name": "g", "className": cls, "count": 1}])
+        manifest["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+        cluster.core.create_namespaced_pod(cluster.ns, manifest)
+        wait_for(lambda: cluster.running_on("reader", disk), timeout=60,
+                 message=lambda: f"reader Running on {disk}, the node its volume reaches: "
+                                 + cluster.describe_pod("reader"))
+
+        manifest = cluster.pod_manifest("greedy", [{"name": "g", "className": cls, "count": 8}])
+        manifest["spec"]["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+        cluster.core.create_namespaced_pod(cluster.ns, manifest)
+        wait_for(lambda: cluster.waiting_reason("greedy-g") is not None, timeout=30,
+                 message="greedy to wait")
+        claim = cluster.get_claim("greedy-g") or {}
+        cond = next(c for c in claim["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
+        assert cond["reason"] == "Capacity", cond
+        assert cluster.read_pod("greedy").spec.scheduling_gates
+    finally:
+        cluster.core.delete_persistent_volume(pv)

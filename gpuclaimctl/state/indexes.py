@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuclaimctl.model import api
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
+from gpuclaimctl.model.volumes import pvc_names
 
 # claims
 CLAIMS_BY_OWNER_POD = "claims-by-owner-pod"      # "ns/pod" of the controller owner Pod
@@ -20,6 +21,7 @@ CLAIMS_BY_CLASS = "claims-by-class"
 # pods
 PODS_BY_CLAIM = "pods-by-claim"                  # "ns/claim" for each claim a pod names
 WAITING_PODS = "waiting-pods"                    # "" for every pod that carries our gate
+PODS_BY_PVC = "pods-by-pvc"                      # "ns/pvc" of each PersistentVolumeClaim a gated pod uses
 
 Obj = dict[str, Any]
 
@@ -68,6 +70,14 @@ def pods_by_claim(pod: Obj) -> list[str]:
     return [f"{ns}/{e.claim_name(name)}" for e in entries]
 
 
+def pods_by_pvc(pod: Obj) -> list[str]:
+    """Gated pods only: a volume change matters to a pod not yet placed."""
+    if not has_gate(pod):
+        return []
+    ns = _str(_field(pod, "metadata").get("namespace"))
+    return [f"{ns}/{claim}" for _, claim, _ in pvc_names(pod)]
+
+
 def waiting_pods(pod: Obj) -> list[str]:
     return [""] if has_gate(pod) else []
 
@@ -102,4 +112,5 @@ CLAIM_INDEXERS = {
 POD_INDEXERS = {
     PODS_BY_CLAIM: pods_by_claim,
     WAITING_PODS: waiting_pods,
+    PODS_BY_PVC: pods_by_pvc,
 }

@@ -17,7 +17,15 @@ from gpuclaimctl.model.api import Strategy
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import ClusterView
-from informers import GPUClaimLister, GPUClaimTemplateLister, GPUClassLister, NodeLister, PodLister
+from informers import (
+    GPUClaimLister,
+    GPUClaimTemplateLister,
+    GPUClassLister,
+    NodeLister,
+    PersistentVolumeClaimLister,
+    PersistentVolumeLister,
+    PodLister,
+)
 from metrics.controller import ControllerMetrics
 
 # The queue's key kinds: `pod:ns/name`, `claim:ns/name`, `class:name`.
@@ -42,6 +50,8 @@ class SyncContext:
     nodes: NodeLister
     classes: GPUClassLister
     templates: GPUClaimTemplateLister
+    pvcs: PersistentVolumeClaimLister
+    pvs: PersistentVolumeLister
     writer: Writer
     view: ClusterView
     memories: Memories

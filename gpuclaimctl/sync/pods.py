@@ -37,6 +37,7 @@ from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodeaffinity import Taint, Toleration, untolerated_node_state_taint
 from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.model.podclaims import EntrySource, PodClaimsError, pod_claims
+from gpuclaimctl.model.volumes import volume_constraints
 from gpuclaimctl.model.snapshot import (
     ClaimState,
     PodInfo,
@@ -78,7 +79,8 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         _tell(ctx, pod, api.WaitReason.INVALID_CLAIMS, f"the {api.CLAIMS_ANNOTATION} "
               f"annotation is invalid: {e}")
         return
-    info = PodInfo.from_api(pod)
+    # Only nodes every bound volume reaches (the scheduler would refuse others).
+    info = PodInfo.from_api(pod, volumes=volume_constraints(pod, ctx.pvcs.get, ctx.pvs.get))
     key, age = keys.key_of(pod), (info.created, info.namespace, info.name)
     # Oldest first where pods compete: see turnstile.
     with ctx.turnstile.entered(key, age):

@@ -48,13 +48,15 @@ from informers import (
     GPUClaimTemplateLister,
     GPUClassLister,
     NodeLister,
+    PersistentVolumeClaimLister,
+    PersistentVolumeLister,
     PodLister,
 )
 from informers.store import Indexer
-from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, TEMPLATES, FakeApi, lost_answer
+from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, PVCS, PVS, TEMPLATES, FakeApi, lost_answer
 
 Obj = dict[str, Any]
-KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES)
+KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES, PVCS, PVS)
 NS = "team"
 RESOURCE = "example.com/gpu"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -183,12 +185,17 @@ class Controller:
                               lambda a, b: h().class_updated(a, b), lambda o: h().class_deleted(o)),
             TEMPLATES: Informer(sim.fake, TEMPLATES, None, lambda o: h().template_changed(o),
                                 lambda a, b: h().template_changed(b), lambda o: None),
+            PVCS: Informer(sim.fake, PVCS, None, lambda o: h().pvc_changed(o),
+                           lambda a, b: h().pvc_changed(b), lambda o: h().pvc_changed(o)),
+            PVS: Informer(sim.fake, PVS, None, lambda o: h().pv_changed(o),
+                          lambda a, b: h().pv_changed(b), lambda o: h().pv_changed(o)),
         }
         i = self.informers
         self.ctx = SyncContext(
             pods=PodLister(i[PODS].store), claims=GPUClaimLister(i[CLAIMS].store),
             nodes=NodeLister(i[NODES].store), classes=GPUClassLister(i[CLASSES].store),
             templates=GPUClaimTemplateLister(i[TEMPLATES].store),
+            pvcs=PersistentVolumeClaimLister(i[PVCS].store), pvs=PersistentVolumeLister(i[PVS].store),
             writer=cast(Writer, sim.fake), view=self.view, memories=Memories(reject_for=60.0),
             turnstile=AgeTurnstile(max_wait=0.0), enqueue=self.queue.add,
             enqueue_after=self.queue.add_after,
@@ -198,7 +205,7 @@ class Controller:
     def start(self) -> None:
         """Initial lists, then one consistent claim list before the first
         decision (app._catch_up), then every object's key, as a resync."""
-        for kind in (NODES, CLASSES, TEMPLATES, CLAIMS, PODS):
+        for kind in (NODES, CLASSES, TEMPLATES, PVCS, PVS, CLAIMS, PODS):
             self.informers[kind].relist()
         self.view.catch_up(self.sim.fake.list_claims(), self.ctx.claims.get)
 
