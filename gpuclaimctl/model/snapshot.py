@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
 from typing import Any
 
 from gpuclaimctl.model.api import (
@@ -37,7 +38,8 @@ from gpuclaimctl.model.nodeaffinity import (
 # claims, in-flight placements). A node missing from a map uses none.
 Usage = Mapping[str, Mapping[str, int]]
 
-NO_USE: Mapping[str, int] = {}
+# Read-only: shared by every lookup of a resource no node uses.
+NO_USE: Mapping[str, int] = MappingProxyType({})
 _NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 
