@@ -83,10 +83,10 @@ from gpuclaimctl.controlplane import (
     SCHEDULER,
     ControlPlane,
 )
-from gpuclaimctl.state.indexes import has_gate
+from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.model.podclaims import pod_claims, template_claim
-from gpuclaimctl.sync.pods import released_pod
+from gpuclaimctl.decide.podplan import bound_claim, released_pod
 from gpuclaimctl.client.writer import AlreadyExists, Writer
 from informers import PODS, EventHandlerFuncs, SharedInformerFactory
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -573,7 +573,6 @@ class BaselineSubject(Subject):
                 node = next(self._nodes)
             self._bound[meta["uid"]] = (node, set())
         node, written = self._bound[meta["uid"]]
-        ref = {"name": meta["name"], "uid": meta["uid"]}
         for entry in pod_claims(pod):
             body = template_claim(pod, entry)
             if body["metadata"]["name"] in written:
@@ -583,8 +582,7 @@ class BaselineSubject(Subject):
             except AlreadyExists:
                 claim = kube.request_json(self.api_client, "GET",
                                           f"{CLAIMS}/namespaces/{ns}/gpuclaims/{body['metadata']['name']}")
-            claim["status"] = {"phase": api.Phase.BOUND, "nodeName": node, "reservedFor": [ref]}
-            self.writer.update_claim_status(claim)
+            self.writer.update_claim_status(bound_claim(claim, pod, node, api.DEFAULT_RESOURCE_NAME))
             written.add(body["metadata"]["name"])
         self.writer.update_pod(released_pod(pod, node))
         self.writer.event({"apiVersion": "v1", "kind": "Pod", "metadata": meta}, "Normal", "Placed",

@@ -7,10 +7,10 @@ cordoned or NotReady; 50,000 Bound claims and a few thousand GPU pods
 without claims spread over them — and times, in one run:
 
 * building the usage map once from the raw claim and pod objects
-  (``inflight.used_capacity``), what the controller pays at start-up or on a
+  (``capacity.used_capacity``), what the controller pays at start-up or on a
   full resync; and the cost of one incremental update (``claim_usage``),
   what it pays per claim event with an index by node;
-* adding in-flight placements to that map (``inflight.combine``), paid per
+* adding in-flight placements to that map (``capacity.combine``), paid per
   decision;
 * building the per-class node indexes of a ``Cluster`` snapshot, paid once
   per node or class change;
@@ -45,7 +45,7 @@ from gpuclaimctl.state.inflight import InFlightPlacements
 from gpuclaimctl.decide.capacity import claim_usage, combine, used_capacity
 from gpuclaimctl.model.nodeaffinity import PodNodeRules
 from gpuclaimctl.decide.placement import Placed, decide
-from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, Usage
+from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, PodRef, Usage
 
 GPU = "nvidia.com/gpu"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -254,9 +254,9 @@ def main() -> None:
     t_usage = time.perf_counter() - t0
     t_claim_event = min(time_each(lambda c: claim_usage(c, CLASSES), raw_claims[:5000]))
 
-    inflight = InFlightPlacements(clock=lambda: 0.0)
+    inflight = InFlightPlacements()
     for i in range(50):
-        inflight.add(f"f{i}", nodes[i * 7].name, GPU, 1)
+        inflight.add(f"f{i}", PodRef(f"p{i}", f"p{i}"), nodes[i * 7].name, GPU, 1, base="1")
     t_combine = time_each(lambda _: combine(used, inflight.usage()), range(200))
 
     t0 = time.perf_counter()
