@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuclaimctl.model import api
+from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.owners import controller_pod
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.volumes import pvc_names
 
@@ -27,19 +28,15 @@ Obj = dict[str, Any]
 
 
 def claims_by_owner_pod(claim: Obj) -> list[str]:
-    meta = _field(claim, "metadata")
-    for ref in _dicts(meta.get("ownerReferences")):
-        name = _str(ref.get("name"))
-        if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("apiVersion") == "v1" \
-                and name:
-            return [f"{_str(meta.get('namespace'))}/{name}"]
-    return []
+    name = _str((controller_pod(claim) or {}).get("name"))
+    ns = _str(_field(claim, "metadata").get("namespace"))
+    return [keys.namespaced(ns, name)] if name else []
 
 
 def claims_by_reserved_pod(claim: Obj) -> list[str]:
     ns = _str(_field(claim, "metadata").get("namespace"))
     names = (_str(r.get("name")) for r in _dicts(_field(claim, "status").get("reservedFor")))
-    return [f"{ns}/{name}" for name in names if name]
+    return [keys.namespaced(ns, name) for name in names if name]
 
 
 def claims_by_rejected_node(claim: Obj) -> list[str]:
@@ -67,7 +64,7 @@ def pods_by_claim(pod: Obj) -> list[str]:
         entries = pod_claims(pod)
     except PodClaimsError:
         return []
-    return [f"{ns}/{e.claim_name(name)}" for e in entries]
+    return [keys.namespaced(ns, e.claim_name(name)) for e in entries]
 
 
 def pods_by_pvc(pod: Obj) -> list[str]:
@@ -75,7 +72,7 @@ def pods_by_pvc(pod: Obj) -> list[str]:
     if not has_gate(pod):
         return []
     ns = _str(_field(pod, "metadata").get("namespace"))
-    return [f"{ns}/{claim}" for _, claim, _ in pvc_names(pod)]
+    return [keys.namespaced(ns, claim) for _, claim, _ in pvc_names(pod)]
 
 
 def waiting_pods(pod: Obj) -> list[str]:
