@@ -194,11 +194,6 @@ def released_pod(pod: Mapping[str, Any], node: str) -> Obj:
     return released
 
 
-# Kept until sync.pods calls model.owners.controller_ref itself (that file is
-# mid-change by another hand); not a second rule, the same function.
-controller_owner = controller_ref
-
-
 def set_key(pod: Mapping[str, Any], entries: Sequence[ClaimEntry]) -> tuple[str, str]:
     """Who a rejection of template/inline claims applies to: the pod's owner
     (a Job's or ReplicaSet's next pod inherits it), or the pod itself."""

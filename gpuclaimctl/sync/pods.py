@@ -36,6 +36,7 @@ from gpuclaimctl.decide.podplan import Found, ToCreate
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodeaffinity import Taint, Toleration, untolerated_node_state_taint
 from gpuclaimctl.model.nodes import node_ready
+from gpuclaimctl.model.owners import controller_ref
 from gpuclaimctl.model.podclaims import EntrySource, PodClaimsError, pod_claims
 from gpuclaimctl.model.volumes import volume_constraints
 from gpuclaimctl.model.snapshot import (
@@ -306,7 +307,7 @@ def _check_refused(ctx: SyncContext, pod: Obj) -> None:
             return  # the set is not whole on that node: nothing to reject
         held.append(c)
     message = cond.get("message") or "the scheduler refused the pod"
-    if podplan.controller_owner(pod) is None:
+    if controller_ref(pod) is None:
         _release_bare_pod(ctx, pod, held, node_name, message)
         return
     if not ctx.writer.delete_pod(meta["namespace"], meta["name"], meta["uid"],
