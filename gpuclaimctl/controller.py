@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpuclaimctl.client.fence import NotLeader
-from gpuclaimctl.client.kube import ApiError
-from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound, Writer
+from gpuclaimctl.client.errors import ApiError, Conflict
+from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
@@ -474,7 +474,7 @@ def _holds_gpus(claim: Obj) -> bool:
 
 def _is_expected(e: Exception) -> bool:
     """API answers and connection errors: worth a line, not a traceback."""
-    return isinstance(e, (ApiError, Conflict, NotFound, AlreadyExists, OSError))
+    return isinstance(e, (ApiError, OSError))
 
 
 __all__ = ["Controller", "Handlers", "Settings"]

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from gpuclaimctl.client import kube
-from gpuclaimctl.client.kube import ApiError, TokenBucket
+from gpuclaimctl.client.errors import ApiError
+from gpuclaimctl.client.kube import TokenBucket
 
 
 class FakeTime:

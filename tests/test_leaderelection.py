@@ -33,8 +33,9 @@ from gpuclaimctl.client.leaderelection import (
     LeaderElector,
     default_identity,
 )
+from gpuclaimctl.client.errors import AlreadyExists, Conflict
 from gpuclaimctl.client.fence import NotLeader, WriteFence
-from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock, LockConflictError
+from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock
 from metrics.leaderelection import LeaderElectionMetrics
 from tests.helpers import wait_for
 
@@ -127,7 +128,7 @@ class FakeLock:
     def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
         self._call("create")
         if self.server.record is not None:
-            raise LockConflictError("already exists")
+            raise AlreadyExists("already exists")
         self.server._store(record)
         self.version = self.server.version
         return record
@@ -135,7 +136,7 @@ class FakeLock:
     def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
         self._call("update")
         if self.version != self.server.version:
-            raise LockConflictError("the object has been modified")
+            raise Conflict("the object has been modified")
         self.server._store(record)
         self.version = self.server.version
         return record
@@ -303,7 +304,7 @@ def test_racing_candidates_resolve_by_resource_version_never_by_force(h: Harness
     assert b_lock.get(1) is not None
     assert a.try_acquire_or_renew(10)
 
-    with pytest.raises(LockConflictError):
+    with pytest.raises(Conflict):
         b_lock.update(held_by("b"), 1)
     assert not b.try_acquire_or_renew(10)  # reads again and finds a holding it
     assert h.server.record is not None

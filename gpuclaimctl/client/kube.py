@@ -3,7 +3,8 @@
 The official client gives us configuration, authentication and TLS; this
 sends a request through it and hands back status and bytes without decoding
 into models. Version 37 of the client does not raise on an error status, so
-this does, with the API server's Status message.
+this does: the `errors.ApiError` (or NotFound, Conflict, AlreadyExists) the
+API server's Status means.
 """
 
 from __future__ import annotations
@@ -17,15 +18,9 @@ import orjson
 import urllib3
 from kubernetes import client, config
 
-
-class ApiError(Exception):
-    """A non-2xx answer: status code, the Status reason and its message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
+# Re-exported: callers and tests catch `kube.ApiError`; it is errors.ApiError.
+from gpuclaimctl.client.errors import ApiError as ApiError
+from gpuclaimctl.client.errors import error_from_answer
 
 
 class ConfigError(Exception):
@@ -123,13 +118,7 @@ def request(
     data: bytes = resp.data
     if 200 <= resp.status < 300:
         return data
-    reason, message = "", data.decode(errors="replace")[:500]
-    try:
-        status = orjson.loads(data)
-        reason, message = str(status.get("reason", "")), str(status.get("message", message))
-    except orjson.JSONDecodeError:
-        pass
-    raise ApiError(resp.status, reason, message)
+    raise error_from_answer(resp.status, data)
 
 
 def request_json(api_client: client.ApiClient, method: str, path: str, **kw: Any) -> Any:

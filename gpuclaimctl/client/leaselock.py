@@ -2,8 +2,9 @@
 
 ``LeaseLock`` reads and writes one ``coordination.k8s.io/v1`` Lease with
 optimistic concurrency: every write carries the resourceVersion last read,
-and a 409 is reported as ``LockConflictError`` for the elector to answer by
-reading again. ``LeaderElectionRecord`` is what the elector reads and
+and a 409 is reported as ``errors.Conflict`` (``AlreadyExists`` for a create)
+for the elector to answer by reading again; any other error answer is an
+``errors.ApiError``. ``LeaderElectionRecord`` is what the elector reads and
 writes; the Lease's other fields are kept as the API server has them.
 """
 
@@ -14,8 +15,10 @@ import dataclasses
 import datetime
 from typing import Any, Protocol
 
-import orjson
 from kubernetes import client
+
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import NotFound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,19 +36,11 @@ class LeaderElectionRecord:
     leader_transitions: int
 
 
-class LockError(Exception):
-    """The API server answered a lock request with an unexpected status."""
-
-
-class LockConflictError(LockError):
-    """Somebody else wrote the Lease since we read it (HTTP 409)."""
-
-
 class ResourceLock(Protocol):
     """Storage for the election record, with optimistic concurrency.
 
     ``update`` writes against the version last returned by ``get``,
-    ``create`` or ``update`` and raises ``LockConflictError`` when the
+    ``create`` or ``update`` and raises ``errors.Conflict`` when the
     stored version moved on. Any other exception is a failed attempt.
     """
 
@@ -66,11 +61,13 @@ class ResourceLock(Protocol):
 class LeaseLock:
     """A ``ResourceLock`` on one ``coordination.k8s.io/v1`` Lease.
 
-    It sends its requests through its own ``ApiClient`` built from a copy of
-    the given one's configuration, with urllib3's retries turned off: the
-    elector is the retry loop, and a library retrying behind its back could
-    stretch one attempt past the renew deadline. The Lease travels as plain
-    JSON so the MicroTime fields stay exactly as the API server wrote them.
+    It sends its requests (``kube.request``, which never retries) through its
+    own ``ApiClient`` built from a copy of the given one's configuration,
+    with urllib3's retries turned off too: the elector is the retry loop,
+    and a library retrying behind its back could stretch one attempt past
+    the renew deadline. No rate limiter and no write fence: renewing is what
+    keeps the fence open. The Lease travels as plain JSON so the MicroTime
+    fields stay exactly as the API server wrote them.
     """
 
     _API = "/apis/coordination.k8s.io/v1"
@@ -95,14 +92,12 @@ class LeaseLock:
         self._client.close()
 
     def get(self, timeout: float) -> LeaderElectionRecord | None:
-        status, body = self._request("GET", f"{self._collection}/{self._name}", None, timeout)
-        if status == 404:
+        try:
+            lease = self._request("GET", f"{self._collection}/{self._name}", None, timeout)
+        except NotFound:
             self._lease = None
             return None
-        if status != 200:
-            raise LockError(f"reading Lease {self.describe()}: {_status_text(status, body)}")
-        self._lease = body
-        return record_from_lease(body)
+        return self._keep(lease)
 
     def create(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
         lease = {
@@ -111,50 +106,30 @@ class LeaseLock:
             "metadata": {"name": self._name, "namespace": self._namespace},
             "spec": _spec_from_record(record, {}),
         }
-        status, body = self._request("POST", self._collection, lease, timeout)
-        return self._written("creating", status, body)
+        return self._keep(self._request("POST", self._collection, lease, timeout))
 
     def update(self, record: LeaderElectionRecord, timeout: float) -> LeaderElectionRecord:
         if self._lease is None:
-            raise LockError(f"Lease {self.describe()} must be read or created before an update")
+            raise RuntimeError(f"Lease {self.describe()} must be read or created before an update")
         metadata = dict(self._lease.get("metadata") or {})
         # Left out, the API server keeps the stored managedFields.
         metadata.pop("managedFields", None)
         lease = dict(self._lease)
         lease["metadata"] = metadata
         lease["spec"] = _spec_from_record(record, self._lease.get("spec") or {})
-        status, body = self._request("PUT", f"{self._collection}/{self._name}", lease, timeout)
-        return self._written("updating", status, body)
+        return self._keep(self._request("PUT", f"{self._collection}/{self._name}", lease, timeout))
 
-    def _written(self, verb: str, status: int, body: dict[str, Any]) -> LeaderElectionRecord:
-        if status == 409:
-            raise LockConflictError(f"{verb} Lease {self.describe()}: {_status_text(status, body)}")
-        if status not in (200, 201):
-            raise LockError(f"{verb} Lease {self.describe()}: {_status_text(status, body)}")
-        self._lease = body
-        return record_from_lease(body)
+    def _keep(self, lease: dict[str, Any]) -> LeaderElectionRecord:
+        """The Lease as the API server answered it: the next update's base."""
+        self._lease = lease
+        return record_from_lease(lease)
 
     def _request(
         self, method: str, path: str, body: dict[str, Any] | None, timeout: float
-    ) -> tuple[int, dict[str, Any]]:
-        request = self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self._client.call_api(*request, _request_timeout=max(timeout, 0.001))
-        data = response.read()
-        try:
-            decoded = orjson.loads(data) if data else {}
-        except orjson.JSONDecodeError:
-            decoded = {"message": data[:200].decode("utf-8", "replace")}
-        return int(response.status), decoded if isinstance(decoded, dict) else {}
-
-
-def _status_text(status: int, body: dict[str, Any]) -> str:
-    return f"HTTP {status} {body.get('reason') or ''} {body.get('message') or ''}".strip()
+    ) -> dict[str, Any]:
+        answer = kube.request_json(self._client, method, path, body=body,
+                                   timeout=max(timeout, 0.001))
+        return answer if isinstance(answer, dict) else {}
 
 
 def record_from_lease(lease: dict[str, Any]) -> LeaderElectionRecord:

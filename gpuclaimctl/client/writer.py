@@ -11,6 +11,9 @@ a rate-limiter token -- and its timeout is cut to the time left before the
 Lease could be taken over; a refused write raises `fence.NotLeader`. Reads
 are not fenced.
 
+An error answer raises what `errors` says it means (NotFound, Conflict,
+AlreadyExists, or ApiError).
+
 Responses are not decoded into client models: the informers will show the
 result, and the few callers that need the written object get a dict.
 """
@@ -24,25 +27,18 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuclaimctl.model import api
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import ApiError
+# Re-exported for callers that import them from here; errors is their home.
+from gpuclaimctl.client.errors import AlreadyExists as AlreadyExists
+from gpuclaimctl.client.errors import Conflict as Conflict
+from gpuclaimctl.client.errors import NotFound as NotFound
 from gpuclaimctl.client.fence import WriteFence
+from gpuclaimctl.model import api
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-
-class Conflict(Exception):
-    """409: the object changed since it was read; retry from fresh state."""
-
-
-class NotFound(Exception):
-    """404: the object is gone."""
-
-
-class AlreadyExists(Exception):
-    """409 on create: an object of that name exists."""
 
 
 class Writer:
@@ -58,28 +54,13 @@ class Writer:
 
     # -- raw calls ----------------------------------------------------------
 
-    def _write(self, what: str, method: str, path: str, body: Any = None,
-               content_type: str = "application/json") -> Obj:
-        return self._call(what, method, path, body, content_type, fenced=True)
+    def _write(self, method: str, path: str, body: Any = None) -> Obj:
+        result: Obj = kube.request_json(self._api, method, path, body=body, fence=self._fence)
+        return result
 
-    def _read(self, what: str, path: str) -> Obj:
-        return self._call(what, "GET", path, None, "application/json", fenced=False)
-
-    def _call(self, what: str, method: str, path: str, body: Any, content_type: str, *,
-              fenced: bool) -> Obj:
-        try:
-            result: Obj = kube.request_json(self._api, method, path, body=body,
-                                            content_type=content_type,
-                                            fence=self._fence if fenced else None)
-            return result
-        except kube.ApiError as e:
-            if e.status == 404:
-                raise NotFound(what) from e
-            if e.status == 409:
-                if e.reason == "AlreadyExists":
-                    raise AlreadyExists(what) from e
-                raise Conflict(what) from e
-            raise
+    def _read(self, path: str) -> Obj:
+        result: Obj = kube.request_json(self._api, "GET", path)
+        return result
 
     # -- claims -------------------------------------------------------------
 
@@ -93,31 +74,26 @@ class Writer:
         return path
 
     def create_claim(self, claim: Obj) -> Obj:
-        ns = claim["metadata"]["namespace"]
-        return self._write(f"claim {ns}/{claim['metadata']['name']}", "POST",
-                           self._claim_path(ns), claim)
+        return self._write("POST", self._claim_path(claim["metadata"]["namespace"]), claim)
 
     def update_claim(self, claim: Obj) -> Obj:
         """Replace metadata/spec (finalizers); claim carries its resourceVersion."""
         m = claim["metadata"]
-        return self._write(f"claim {m['namespace']}/{m['name']}", "PUT",
-                           self._claim_path(m["namespace"], m["name"]), claim)
+        return self._write("PUT", self._claim_path(m["namespace"], m["name"]), claim)
 
     def update_claim_status(self, claim: Obj) -> Obj:
         m = claim["metadata"]
-        return self._write(f"claim {m['namespace']}/{m['name']} status", "PUT",
-                           self._claim_path(m["namespace"], m["name"], "status"), claim)
+        return self._write("PUT", self._claim_path(m["namespace"], m["name"], "status"), claim)
 
     def update_class_status(self, cls: Obj) -> Obj:
         """Replace a GPUClass's status; cls carries its resourceVersion."""
         name = cls["metadata"]["name"]
-        return self._write(f"class {name} status", "PUT",
-                           f"/apis/{api.GROUP}/{api.VERSION}/{api.CLASS_PLURAL}/{name}/status", cls)
+        return self._write("PUT", f"/apis/{api.GROUP}/{api.VERSION}/{api.CLASS_PLURAL}/{name}/status",
+                           cls)
 
     def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         try:
-            self._write(f"claim {namespace}/{name}", "DELETE", self._claim_path(namespace, name),
-                        {"preconditions": {"uid": uid}})
+            self._write("DELETE", self._claim_path(namespace, name), {"preconditions": {"uid": uid}})
         except NotFound:
             pass
 
@@ -140,28 +116,26 @@ class Writer:
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         """A live read, for confirming a pod the cache does not show."""
         try:
-            return self._read(f"pod {namespace}/{name}",
-                              f"/api/v1/namespaces/{namespace}/pods/{name}")
+            return self._read(f"/api/v1/namespaces/{namespace}/pods/{name}")
         except NotFound:
             return None
 
     def get_claim(self, namespace: str, name: str) -> Obj | None:
-        """A live read, for settling a bind whose answer was lost."""
+        """A live read, for settling a bind whose answer was lost (fenced,
+        as the bind it settles)."""
         try:
-            return self._write(f"claim {namespace}/{name}", "GET", self._claim_path(namespace, name))
+            return self._write("GET", self._claim_path(namespace, name))
         except NotFound:
             return None
 
     def update_pod(self, pod: Obj) -> Obj:
         m = pod["metadata"]
-        return self._write(f"pod {m['namespace']}/{m['name']}", "PUT",
-                           f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", pod)
+        return self._write("PUT", f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", pod)
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         """Delete with uid and resourceVersion preconditions; False if it changed or is gone."""
         try:
-            self._write(f"pod {namespace}/{name}", "DELETE",
-                        f"/api/v1/namespaces/{namespace}/pods/{name}",
+            self._write("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
                         {"preconditions": {"uid": uid, "resourceVersion": resource_version}})
             return True
         except (NotFound, Conflict):
@@ -197,5 +171,5 @@ class Writer:
         try:
             kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event,
                          fence=self._fence)
-        except (kube.ApiError, OSError) as e:
+        except (ApiError, OSError) as e:
             log.warning("could not record event %s on %s/%s: %s", reason, ns, m["name"], e)

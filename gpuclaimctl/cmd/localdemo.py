@@ -18,6 +18,7 @@ import yaml
 from kubernetes import client, config
 
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import AlreadyExists
 from gpuclaimctl.controlplane import (
     CONTROLLER_MANAGER,
     KWOK,
@@ -80,9 +81,8 @@ def install(api_client: client.ApiClient) -> None:
 def _create(api_client: client.ApiClient, path: str, body: dict[str, Any]) -> None:
     try:
         kube.request(api_client, "POST", path, body=body)
-    except kube.ApiError as e:
-        if e.status != 409:
-            raise
+    except AlreadyExists:
+        pass
 
 
 def _wait_established(api_client: client.ApiClient, timeout: float = 30.0) -> None:

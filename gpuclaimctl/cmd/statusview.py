@@ -40,7 +40,8 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
 from gpuclaimctl.client import kube
-from gpuclaimctl.client.kube import ApiError, request_json
+from gpuclaimctl.client.errors import ApiError, NotFound
+from gpuclaimctl.client.kube import request_json
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 
@@ -335,12 +336,10 @@ def read(api: client.ApiClient) -> Snapshot:
         try:
             classes = list_all(api, f"{base}/{CLASS_PLURAL}")
             claims = list_all(api, f"{base}/{CLAIM_PLURAL}")
-        except ApiError as e:
-            if e.status == 404:
-                raise StatusError(
-                    f"the {GROUP} CRDs are not installed on this cluster (deploy/crds)"
-                ) from None
-            raise
+        except NotFound:
+            raise StatusError(
+                f"the {GROUP} CRDs are not installed on this cluster (deploy/crds)"
+            ) from None
         pods = list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
     except ApiError as e:
         raise StatusError(f"the API server refused a list: {_one_line(e)}") from None

@@ -13,7 +13,7 @@ import copy
 import logging
 from typing import Any
 
-from gpuclaimctl.client.writer import NotFound
+from gpuclaimctl.client.errors import NotFound
 from gpuclaimctl.decide.claimplan import NodeFacts, PodFacts, plan_claim
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready

@@ -28,8 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuclaimctl.client import kube
-from gpuclaimctl.client.writer import AlreadyExists, Conflict, NotFound
+from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed, Waiting, decide
 from gpuclaimctl.decide.podplan import Found, ToCreate
@@ -152,7 +151,7 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
         # Made by an earlier sync whose result the cache does not show yet,
         # or by someone else: read it to know which.
         raise Conflict(f"claim {ns}/{claim_name} exists but is not in the cache yet")
-    except kube.ApiError as e:
+    except ApiError as e:
         if e.status in _REFUSED_BY_USER_INPUT:
             # A quota, or a template the API server finds invalid: retrying
             # (with backoff) is right, but only the user can fix it, so say why.
