@@ -1,5 +1,5 @@
 """kube.TokenBucket (--kube-api-qps/--kube-api-burst) on a fake clock, and
-the one-request seam that consults it."""
+the one-request seam that consults it (and the paged list built on it)."""
 
 from __future__ import annotations
 
@@ -123,9 +123,11 @@ class FakeApiClient:
         self.sent: list[tuple[str, str]] = []
         self.bodies: list[bytes | None] = []
         self.timeouts: list[float | None] = []  # each request's total timeout
+        self.queries: list[list[tuple[str, str]]] = []
         self.rest_client = type("Rest", (), {"pool_manager": FakePool(self)})()
 
     def param_serialize(self, method: str, path: str, **kw: Any) -> tuple[Any, ...]:
+        self.queries.append(list(kw.get("query_params") or ()))
         return method, "https://api" + path, kw["header_params"], None, []
 
 
@@ -195,3 +197,20 @@ def test_a_fence_that_raises_keeps_the_request_unsent() -> None:
     assert api.sent == []
     kube.request(api, "POST", "/x", body={}, timeout=7.0)  # type: ignore[arg-type]
     assert api.timeouts == [7.0]
+
+def page(names: list[str], token: str = "") -> FakeResponse:
+    return FakeResponse(200, orjson.dumps({"items": [{"metadata": {"name": n}} for n in names],
+                                           "metadata": {"continue": token}}))
+
+
+def test_a_paged_list_follows_continue_tokens_to_the_last_page() -> None:
+    api = FakeApiClient(page(["a", "b"], "t1"), page(["c"], "t2"), page([]))
+    items = kube.list_all(api, "/api/v1/nodes", [("fieldSelector", "x")], page_size=2)  # type: ignore[arg-type]
+    assert [i["metadata"]["name"] for i in items] == ["a", "b", "c"]
+    assert [url for _, url in api.sent] == ["https://api/api/v1/nodes"] * 3
+    assert api.queries == [
+        [("fieldSelector", "x"), ("limit", "2")],
+        [("fieldSelector", "x"), ("limit", "2"), ("continue", "t1")],
+        [("fieldSelector", "x"), ("limit", "2"), ("continue", "t2")],
+    ]
+

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import orjson
@@ -124,3 +125,20 @@ def request(
 def request_json(api_client: client.ApiClient, method: str, path: str, **kw: Any) -> Any:
     data = request(api_client, method, path, **kw)
     return orjson.loads(data) if data else {}
+
+
+def list_all(api_client: client.ApiClient, path: str, query: Sequence[tuple[str, str]] = (), *,
+             page_size: int = 500) -> list[dict[str, Any]]:
+    """Every item of a list, a page at a time: one consistent snapshot (the
+    continue token pins the first page's resourceVersion), read from storage
+    (a quorum read), whatever a watch has delivered so far. 500 a page is
+    kubectl's --chunk-size."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        params = [*query, ("limit", str(page_size))] + ([("continue", token)] if token else [])
+        page = request_json(api_client, "GET", path, query=params)
+        items.extend(page.get("items") or ())
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items

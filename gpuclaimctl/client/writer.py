@@ -102,16 +102,8 @@ class Writer:
     def list_claims(self, page_size: int = 500) -> list[Obj]:
         """Every claim, by a consistent (quorum) read in pages: what is
         stored now, whatever the watch has delivered so far."""
-        items: list[Obj] = []
-        token = ""
-        path = f"/apis/{api.GROUP}/{api.VERSION}/{api.CLAIM_PLURAL}"
-        while True:
-            query = [("limit", str(page_size))] + ([("continue", token)] if token else [])
-            page = kube.request_json(self._api, "GET", path, query=query)
-            items.extend(page.get("items") or ())
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
+        return kube.list_all(self._api, f"/apis/{api.GROUP}/{api.VERSION}/{api.CLAIM_PLURAL}",
+                             page_size=page_size)
 
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         """A live read, for confirming a pod the cache does not show."""

@@ -41,7 +41,6 @@ from gpuclaimctl.model.api import (
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError, NotFound
-from gpuclaimctl.client.kube import request_json
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 
@@ -50,8 +49,6 @@ RawObject = Mapping[str, Any]
 NOT_PROCESSED_REASON = "Pending"
 NOT_PROCESSED_MESSAGE = "not yet processed"
 
-# One page of a list; the API server's own default cap for kubectl is 500.
-_PAGE = 500
 # Finished pods hold no GPUs and are never gated, so the list leaves them out.
 _LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 _GAP = "  "
@@ -315,32 +312,18 @@ def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient
         raise StatusError(str(e)) from None
 
 
-def list_all(api: client.ApiClient, path: str, query: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
-    """Every item of a list, a page at a time (one consistent snapshot: the
-    continue token pins the first page's resourceVersion)."""
-    items: list[dict[str, Any]] = []
-    token = ""
-    while True:
-        params = [*query, ("limit", str(_PAGE))] + ([("continue", token)] if token else [])
-        page = request_json(api, "GET", path, query=params)
-        items.extend(page.get("items") or ())
-        token = (page.get("metadata") or {}).get("continue") or ""
-        if not token:
-            return items
-
-
 def read(api: client.ApiClient) -> Snapshot:
     base = f"/apis/{GROUP}/{VERSION}"
     try:
-        nodes = list_all(api, "/api/v1/nodes")
+        nodes = kube.list_all(api, "/api/v1/nodes")
         try:
-            classes = list_all(api, f"{base}/{CLASS_PLURAL}")
-            claims = list_all(api, f"{base}/{CLAIM_PLURAL}")
+            classes = kube.list_all(api, f"{base}/{CLASS_PLURAL}")
+            claims = kube.list_all(api, f"{base}/{CLAIM_PLURAL}")
         except NotFound:
             raise StatusError(
                 f"the {GROUP} CRDs are not installed on this cluster (deploy/crds)"
             ) from None
-        pods = list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
+        pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
     except ApiError as e:
         raise StatusError(f"the API server refused a list: {_one_line(e)}") from None
     except (urllib3.exceptions.HTTPError, OSError) as e:
