@@ -232,11 +232,10 @@ def api_requests(admin: client.ApiClient) -> dict[str, float]:
 # -- the plane: CRDs, class, nodes --------------------------------------------------
 
 
-def new_client(kubeconfig: str, pool: int, qps: float, burst: int) -> client.ApiClient:
+def new_client(kubeconfig: str, pool: int) -> client.ApiClient:
     api_client: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
     api_client.configuration.connection_pool_maxsize = pool
     api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = pool
-    kube.set_rate_limit(api_client, qps, burst)
     return api_client
 
 
@@ -443,9 +442,9 @@ class ControllerSubject(Subject):
 
     def __init__(self, kubeconfig: str, options: Options, *, profile: str | None = None) -> None:
         self.options = options
-        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8),
-                                     options.kube_api_qps, options.kube_api_burst)
+        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8))
         self.registry = CollectorRegistry()
+        # Its Writer waits for --kube-api-qps/--kube-api-burst tokens.
         self.factory, self.controller = app.build(self.api_client, options, self.registry)
         self.profiles: list[tuple[str, cProfile.Profile]] = []
         self._profile = profile
@@ -506,14 +505,14 @@ class BaselineSubject(Subject):
 
     def __init__(self, kubeconfig: str, options: Options, nodes: list[str]) -> None:
         self.workers = options.workers
-        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8),
-                                     options.kube_api_qps, options.kube_api_burst)
+        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8))
         self.registry = CollectorRegistry()
         self.factory = SharedInformerFactory(self.api_client, default_resync_period=options.resync_period)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             default_controller_rate_limiter(), name="baseline",
             metrics_provider=PrometheusWorkqueueMetricsProvider(self.registry))
-        self.writer = Writer(self.api_client)
+        self.writer = Writer(self.api_client,
+                             limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst))
         self.pods = self.factory.pods()
         self._nodes = itertools.cycle(nodes)
         self._nodes_lock = threading.Lock()
@@ -814,7 +813,7 @@ def main(argv: list[str] | None = None) -> None:
     plane = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say)
     with plane:
         kubeconfig = str(plane.kubeconfig)
-        admin = new_client(kubeconfig, args.creators + 8, 100_000, 200_000)
+        admin = new_client(kubeconfig, args.creators + 8)  # no rate limit
         install_crds(admin)
         post(admin, f"{CLAIMS}/gpuclasses", {
             "apiVersion": api.API_VERSION, "kind": api.CLASS_KIND, "metadata": {"name": CLASS},

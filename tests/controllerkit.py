@@ -15,7 +15,8 @@ from gpuclaimctl.cmd.options import Options
 from tests.helpers import wait_for
 
 TEST_OPTIONS = Options(workers=4, resync_period=30.0, metrics_bind_address="0",
-                       health_bind_address="0", shutdown_timeout=10.0)
+                       health_bind_address="0", shutdown_timeout=10.0,
+                       kube_api_qps=1000.0, kube_api_burst=2000)
 
 
 class RunningController:
@@ -25,7 +26,6 @@ class RunningController:
         self.options = dataclasses.replace(TEST_OPTIONS, kubeconfig=kubeconfig, **overrides)
         self.api_client = config.new_client_from_config(config_file=kubeconfig)
         self.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32
-        kube.set_rate_limit(self.api_client, 1000, 2000)
         self.registry = CollectorRegistry()
         self.factory, self.controller = app.build(self.api_client, self.options, self.registry)
         self._stop = threading.Event()

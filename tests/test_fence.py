@@ -11,7 +11,6 @@ from typing import Callable
 
 import pytest
 
-from gpuclaimctl.client import kube
 from gpuclaimctl.client.fence import NotLeader, WriteFence
 from gpuclaimctl.client.kube import TokenBucket
 from gpuclaimctl.client.writer import Writer
@@ -161,13 +160,11 @@ def test_a_write_after_the_renew_deadline_is_refused_unsent(
 
 
 def test_a_write_that_waited_for_a_rate_limiter_token_past_the_deadline_is_refused(
-    fence: WriteFence, fake: FakeTime, monkeypatch: pytest.MonkeyPatch,
+    fence: WriteFence, fake: FakeTime,
 ) -> None:
-    monkeypatch.setattr(kube, "TokenBucket",
-                        lambda qps, burst: TokenBucket(qps, burst, clock=fake.clock, sleep=fake.sleep))
     api = FakeApiClient(*ok(2))
-    kube.set_rate_limit(api, qps=0.25, burst=1)  # type: ignore[arg-type]
-    writer = Writer(api, fence=fence)  # type: ignore[arg-type]
+    limiter = TokenBucket(qps=0.25, burst=1, clock=fake.clock, sleep=fake.sleep)
+    writer = Writer(api, fence=fence, limiter=limiter)  # type: ignore[arg-type]
     fence.extend(fake.now, RENEW, LEASE)
     writer.update_pod({"metadata": {"namespace": "ns", "name": "first"}})
 

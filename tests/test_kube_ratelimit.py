@@ -12,6 +12,7 @@ import pytest
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.client.kube import TokenBucket
+from gpuclaimctl.client.writer import Writer
 
 
 class FakeTime:
@@ -149,36 +150,27 @@ def test_an_error_status_raises_with_the_api_servers_reason_and_message() -> Non
     assert (e.value.status, e.value.reason, e.value.message) == (502, "", "<html>bad gateway")
 
 
-def test_requests_through_a_limited_client_wait_for_their_token(
-    fake: FakeTime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(kube, "TokenBucket",
-                        lambda qps, burst: TokenBucket(qps, burst, clock=fake.clock, sleep=fake.sleep))
-    limited = FakeApiClient(*[FakeResponse(200, b"") for _ in range(4)])
-    unlimited = FakeApiClient(*[FakeResponse(200, b"") for _ in range(4)])
-    kube.set_rate_limit(limited, qps=2, burst=2)  # type: ignore[arg-type]
+def test_requests_given_a_limiter_wait_for_their_token(fake: FakeTime) -> None:
+    limiter = TokenBucket(qps=2, burst=2, clock=fake.clock, sleep=fake.sleep)
+    api = FakeApiClient(*[FakeResponse(200, b"") for _ in range(8)])
     for _ in range(4):
-        kube.request(limited, "GET", "/x")  # type: ignore[arg-type]
-        kube.request(unlimited, "GET", "/x")  # type: ignore[arg-type]
+        kube.request(api, "GET", "/x", limiter=limiter)  # type: ignore[arg-type]
+        kube.request(api, "GET", "/x")  # type: ignore[arg-type]
     assert fake.slept == pytest.approx([0.5, 0.5])
-    assert len(limited.sent) == len(unlimited.sent) == 4
+    assert len(api.sent) == 8
 
 
-def test_the_fence_is_consulted_after_the_token_wait_and_cuts_the_timeout(
-    fake: FakeTime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(kube, "TokenBucket",
-                        lambda qps, burst: TokenBucket(qps, burst, clock=fake.clock, sleep=fake.sleep))
+def test_the_fence_is_consulted_after_the_token_wait_and_cuts_the_timeout(fake: FakeTime) -> None:
+    limiter = TokenBucket(qps=1, burst=1, clock=fake.clock, sleep=fake.sleep)
     api = FakeApiClient(*[FakeResponse(200, b"") for _ in range(2)])
-    kube.set_rate_limit(api, qps=1, burst=1)  # type: ignore[arg-type]
     consulted_at: list[float] = []
 
     def fence() -> float:
         consulted_at.append(fake.now)
         return 2.5
 
-    kube.request(api, "PUT", "/x", body={}, fence=fence)  # type: ignore[arg-type]
-    kube.request(api, "PUT", "/x", body={}, fence=fence)  # type: ignore[arg-type]
+    kube.request(api, "PUT", "/x", body={}, fence=fence, limiter=limiter)  # type: ignore[arg-type]
+    kube.request(api, "PUT", "/x", body={}, fence=fence, limiter=limiter)  # type: ignore[arg-type]
     # The second request waited a second for its token; the fence was asked
     # after that wait, not before it.
     assert fake.slept == pytest.approx([1.0])
@@ -198,6 +190,7 @@ def test_a_fence_that_raises_keeps_the_request_unsent() -> None:
     kube.request(api, "POST", "/x", body={}, timeout=7.0)  # type: ignore[arg-type]
     assert api.timeouts == [7.0]
 
+
 def page(names: list[str], token: str = "") -> FakeResponse:
     return FakeResponse(200, orjson.dumps({"items": [{"metadata": {"name": n}} for n in names],
                                            "metadata": {"continue": token}}))
@@ -214,3 +207,13 @@ def test_a_paged_list_follows_continue_tokens_to_the_last_page() -> None:
         [("fieldSelector", "x"), ("limit", "2"), ("continue", "t2")],
     ]
 
+
+def test_every_request_the_writer_sends_waits_for_its_limiter(fake: FakeTime) -> None:
+    limiter = TokenBucket(qps=1, burst=1, clock=fake.clock, sleep=fake.sleep)
+    api = FakeApiClient(page(["c"], "t1"), page([]), FakeResponse(200, b"{}"), FakeResponse(201, b"{}"))
+    writer = Writer(api, limiter=limiter)  # type: ignore[arg-type]
+    assert len(writer.list_claims()) == 1  # two pages
+    writer.get_pod("ns", "p")
+    writer.event({"metadata": {"namespace": "ns", "name": "p"}}, "Normal", "Placed", "on n1")
+    assert fake.slept == pytest.approx([1.0, 1.0, 1.0])  # the first token was in the bucket
+    assert len(api.sent) == 4

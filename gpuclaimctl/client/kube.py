@@ -5,13 +5,16 @@ sends a request through it and hands back status and bytes without decoding
 into models. Version 37 of the client does not raise on an error status, so
 this does: the `errors.ApiError` (or NotFound, Conflict, AlreadyExists) the
 API server's Status means.
+
+--kube-api-qps/--kube-api-burst are a `TokenBucket` that whoever sends the
+requests holds and passes to each one (the Writer does); nothing here keeps
+state between calls.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -73,14 +76,6 @@ class TokenBucket:
         return delay
 
 
-_limits: "weakref.WeakKeyDictionary[client.ApiClient, TokenBucket]" = weakref.WeakKeyDictionary()
-
-
-def set_rate_limit(api_client: client.ApiClient, qps: float, burst: int) -> None:
-    """Limit the requests sent through `request` with this client."""
-    _limits[api_client] = TokenBucket(qps, burst)
-
-
 def request(
     api_client: client.ApiClient,
     method: str,
@@ -91,16 +86,17 @@ def request(
     content_type: str = "application/json",
     timeout: float = 30.0,
     fence: Callable[[], float] | None = None,
+    limiter: TokenBucket | None = None,
 ) -> bytes:
     """Send one request; return the body bytes or raise ApiError.
 
-    `fence`, when given, is called right before the request leaves (after
-    any wait for a rate-limiter token, which may be long): it raises to
-    stop the request, or returns the most seconds the request may take.
+    `limiter`, when given, is waited on for a token first. `fence`, when
+    given, is called right before the request leaves (after that wait,
+    which may be long): it raises to stop the request, or returns the most
+    seconds the request may take.
     """
-    limit = _limits.get(api_client)
-    if limit is not None:
-        limit.wait()
+    if limiter is not None:
+        limiter.wait()
     # The client makes the URL and the auth headers (a token it may refresh);
     # the body is encoded here, once, by orjson: the client's own path walks
     # every body with sanitize_for_serialization and json.dumps, which was
@@ -128,7 +124,7 @@ def request_json(api_client: client.ApiClient, method: str, path: str, **kw: Any
 
 
 def list_all(api_client: client.ApiClient, path: str, query: Sequence[tuple[str, str]] = (), *,
-             page_size: int = 500) -> list[dict[str, Any]]:
+             page_size: int = 500, limiter: TokenBucket | None = None) -> list[dict[str, Any]]:
     """Every item of a list, a page at a time: one consistent snapshot (the
     continue token pins the first page's resourceVersion), read from storage
     (a quorum read), whatever a watch has delivered so far. 500 a page is
@@ -137,7 +133,7 @@ def list_all(api_client: client.ApiClient, path: str, query: Sequence[tuple[str,
     token = ""
     while True:
         params = [*query, ("limit", str(page_size))] + ([("continue", token)] if token else [])
-        page = request_json(api_client, "GET", path, query=params)
+        page = request_json(api_client, "GET", path, query=params, limiter=limiter)
         items.extend(page.get("items") or ())
         token = (page.get("metadata") or {}).get("continue") or ""
         if not token:

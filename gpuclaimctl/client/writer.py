@@ -12,7 +12,8 @@ Lease could be taken over; a refused write raises `fence.NotLeader`. Reads
 are not fenced.
 
 An error answer raises what `errors` says it means (NotFound, Conflict,
-AlreadyExists, or ApiError).
+AlreadyExists, or ApiError). Every request, read or write, waits for a token
+of the Writer's `limiter` (--kube-api-qps/--kube-api-burst) when it has one.
 
 Responses are not decoded into client models: the informers will show the
 result, and the few callers that need the written object get a dict.
@@ -45,21 +46,24 @@ class Writer:
     """Thin seam over the official client for the controller's writes."""
 
     def __init__(self, api_client: client.ApiClient, component: str = "gpuclaimctl",
-                 *, fence: WriteFence | None = None) -> None:
+                 *, fence: WriteFence | None = None,
+                 limiter: kube.TokenBucket | None = None) -> None:
         self._api = api_client
         self._component = component
         self._host = uuid.uuid4().hex[:8]
         # Checked by kube.request right before each mutating request is sent.
         self._fence = fence.check if fence is not None else None
+        self._limiter = limiter
 
     # -- raw calls ----------------------------------------------------------
 
     def _write(self, method: str, path: str, body: Any = None) -> Obj:
-        result: Obj = kube.request_json(self._api, method, path, body=body, fence=self._fence)
+        result: Obj = kube.request_json(self._api, method, path, body=body, fence=self._fence,
+                                        limiter=self._limiter)
         return result
 
     def _read(self, path: str) -> Obj:
-        result: Obj = kube.request_json(self._api, "GET", path)
+        result: Obj = kube.request_json(self._api, "GET", path, limiter=self._limiter)
         return result
 
     # -- claims -------------------------------------------------------------
@@ -103,7 +107,7 @@ class Writer:
         """Every claim, by a consistent (quorum) read in pages: what is
         stored now, whatever the watch has delivered so far."""
         return kube.list_all(self._api, f"/apis/{api.GROUP}/{api.VERSION}/{api.CLAIM_PLURAL}",
-                             page_size=page_size)
+                             page_size=page_size, limiter=self._limiter)
 
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         """A live read, for confirming a pod the cache does not show."""
@@ -162,6 +166,6 @@ class Writer:
         }
         try:
             kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event,
-                         fence=self._fence)
+                         fence=self._fence, limiter=self._limiter)
         except (ApiError, OSError) as e:
             log.warning("could not record event %s on %s/%s: %s", reason, ns, m["name"], e)

@@ -98,7 +98,6 @@ def _api_client(options: Options, identity: str) -> client.ApiClient:
     api_client.configuration.connection_pool_maxsize = max(16, options.workers * 2 + 8)
     api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = \
         api_client.configuration.connection_pool_maxsize
-    kube.set_rate_limit(api_client, options.kube_api_qps, options.kube_api_burst)
     # Informers, writes and (with " leader-election") the Lease all send it.
     api_client.user_agent = user_agent(identity)
     return api_client
@@ -106,13 +105,16 @@ def _api_client(options: Options, identity: str) -> client.ApiClient:
 
 def build(api_client: client.ApiClient, options: Options, registry: CollectorRegistry,
           *, fence: WriteFence | None = None) -> tuple[SharedInformerFactory, Controller]:
-    """Informers and the controller on them, with metrics in `registry`; its
-    writes refused once `fence` says this process may no longer lead."""
+    """Informers and the controller on them, with metrics in `registry`; the
+    controller's requests wait for --kube-api-qps/--kube-api-burst tokens,
+    and its writes are refused once `fence` says this process may no longer lead."""
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
     settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
                         node_lost_grace=options.node_lost_grace)
     metrics = ControllerMetrics(registry)
-    controller = Controller(factory, Writer(api_client, fence=fence), settings, metrics=metrics,
+    writer = Writer(api_client, fence=fence,
+                    limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst))
+    controller = Controller(factory, writer, settings, metrics=metrics,
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
                             shutdown_timeout=options.shutdown_timeout)
     metrics.set_state(controller.state_sample)
