@@ -21,9 +21,9 @@ result, and the few callers that need the written object get a dict.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes import client
@@ -36,6 +36,7 @@ from gpuclaimctl.client.errors import Conflict as Conflict
 from gpuclaimctl.client.errors import NotFound as NotFound
 from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.model import api
+from gpuclaimctl.model.snapshot import format_time
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class Writer:
         """Record a core/v1 Event about obj. Failure to record is logged, not
         raised -- except `NotLeader`: a refused write is never an API error."""
         m = obj["metadata"]
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(datetime.now(timezone.utc))
         ns = m.get("namespace") or "default"
         event = {
             "apiVersion": "v1",
