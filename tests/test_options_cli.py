@@ -36,7 +36,6 @@ def test_the_defaults_are_valid_with_and_without_leader_election() -> None:
                      id="negative-node-lost-grace"),
         pytest.param({"shutdown_timeout": -1.0}, "--shutdown-timeout must not be negative",
                      id="negative-shutdown-timeout"),
-        pytest.param({"inflight_ttl": 0.0}, "inflight_ttl must be positive", id="no-inflight-ttl"),
         pytest.param({"kube_api_qps": 0.0}, "--kube-api-qps must be > 0", id="no-qps"),
         pytest.param({"kube_api_burst": 0}, "--kube-api-burst at least 1", id="no-burst"),
         pytest.param({"kube_api_qps": 200.0}, "--kube-api-burst must be at least --kube-api-qps",

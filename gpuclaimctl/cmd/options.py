@@ -35,7 +35,6 @@ class Options:
     strategy: Strategy = Strategy.BINPACK
     reject_for: float = 600.0
     node_lost_grace: float = 300.0
-    inflight_ttl: float = 60.0
     shutdown_timeout: float = 20.0
     log_format: LogFormat = LogFormat.TEXT
     verbosity: int = 0
@@ -51,7 +50,6 @@ class Options:
                              ("--kube-api-qps", self.kube_api_qps),
                              ("--reject-for", self.reject_for),
                              ("--node-lost-grace", self.node_lost_grace),
-                             ("inflight_ttl", self.inflight_ttl),
                              ("--shutdown-timeout", self.shutdown_timeout)):
             if not math.isfinite(number):
                 raise ValueError(f"{flag} must be a finite number, got {number}")
@@ -64,10 +62,6 @@ class Options:
                             ("--shutdown-timeout", self.shutdown_timeout)):
             if value < 0:
                 raise ValueError(f"{flag} must not be negative, got {value}")
-        if self.inflight_ttl <= 0:
-            # Placements would stop counting before the watch shows them:
-            # the overcommit the in-flight table exists to prevent.
-            raise ValueError(f"inflight_ttl must be positive, got {self.inflight_ttl}")
         if self.kube_api_qps <= 0 or self.kube_api_burst < 1:
             raise ValueError("--kube-api-qps must be > 0 and --kube-api-burst at least 1")
         if self.kube_api_burst < self.kube_api_qps:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuclaimctl.model.owners import controller_ref
 from gpuclaimctl.model.nodeaffinity import NodeSelector, VolumeConstraint
 
 __all__ = ["GetPVC", "GetPV", "VolumeConstraint", "pvc_names", "volume_constraints"]
@@ -99,10 +100,7 @@ def volume_constraints(pod: Mapping[str, Any], get_pvc: GetPVC, get_pv: GetPV) -
 
 def _controlled_by(obj: Mapping[str, Any], uid: Any) -> bool:
     """metav1.IsControlledBy: the controller ownerReference names `uid`."""
-    refs = _dict(obj.get("metadata")).get("ownerReferences")
-    if not isinstance(uid, str) or not uid or not isinstance(refs, list):
-        return False
-    return any(isinstance(r, Mapping) and r.get("controller") is True and r.get("uid") == uid for r in refs)
+    return isinstance(uid, str) and bool(uid) and (controller_ref(obj) or {}).get("uid") == uid
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
