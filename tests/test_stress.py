@@ -13,9 +13,13 @@ placement hard at once:
   Retain), plus two Jobs whose pods complete (finished pods); far more GPUs
   asked than there are;
 - churn: released pods (and now and then a gated one) deleted, new pods
-  created, all through the run;
-- one class deleted and recreated (same name, same resourceName) a few
-  seconds later, and the controller killed with SIGKILL and restarted.
+  created, some under the name of a pod deleted before (as a StatefulSet
+  does: the old pod's template claims bear the new pod's claim names), all
+  through the run;
+- the controller stopped (SIGSTOP) for a few seconds during the first
+  placements and continued, so it goes on from caches behind the server;
+  one class deleted and recreated (same name, same resourceName) a few
+  seconds later; the controller killed with SIGKILL and restarted.
 
 A sampler thread lists every GPUClaim of the cluster (and the nodes) over
 and over for the whole run and checks I1 on each list (one list is one
@@ -41,10 +45,12 @@ import ctypes
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -302,8 +308,10 @@ def check_cleanup(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
                 why = ("has no owner" if owner is None else "gone" if pod is None else
                        "replaced" if _meta(pod).get("uid") != owner.get("uid") else
                        _status(pod).get("phase"))
-                out.append(f"template claim {_cid(c)} ({_status(c).get('phase')}) still exists; "
-                           f"its pod {(owner or {}).get('name')} is {why}")
+                deleting = (f", deleted at {_meta(c)['deletionTimestamp']} with finalizers "
+                            f"{_meta(c).get('finalizers')}" if _meta(c).get("deletionTimestamp") else "")
+                out.append(f"template claim {_cid(c)} ({_status(c).get('phase')}{deleting}) still "
+                           f"exists; its pod {(owner or {}).get('name')} is {why}")
                 continue
         policy = (c.get("spec") or {}).get("reclaimPolicy") or "Release"
         if (policy == "Release" and _status(c).get("phase") == api.Phase.BOUND and not _reserved(c)
@@ -336,8 +344,9 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
     - each entry's (class, count) comes from its claim if it exists, else
       from its template (`templates[(ns, name)]`, a claim spec) or the entry;
     - the pod may legitimately wait, and is skipped, when a claim it names
-      is reserved for another pod (ClaimInUse), is missing (user claim), or
-      a class it needs does not exist (or is being deleted);
+      is reserved for another pod (ClaimInUse), is missing (user claim), is
+      under its template claim's name but an older pod's (NameTaken), or a
+      class it needs does not exist (or is being deleted);
     - claims already holding GPUs (Bound) need nothing more on their node
       and their full count anywhere else: a set stays on its anchor node
       while that has room for the rest, and moves as a whole to a node with
@@ -378,6 +387,9 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             name = str(e["claim"]) if "claim" in e else f"{pod}-{e['name']}"
             c = by_name.get((ns, name))
             spec: Mapping[str, Any]
+            if c is not None and "claim" not in e and (controller_owner(c) or {}).get("uid") != uid:
+                legit = legit or f"claim {name} is an older pod's (NameTaken)"
+                continue
             if c is not None:
                 spec = c.get("spec") or {}
                 for r in _reserved(c):
@@ -481,7 +493,7 @@ class Controller:
             out.flush()
             self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, cwd=REPO,
-                                          env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                          env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1"),
                                           preexec_fn=_die_with_parent)
 
     def ready(self) -> bool:
@@ -496,6 +508,12 @@ class Controller:
     def wait_ready(self) -> None:
         wait_for(self.ready, timeout=READY_TIMEOUT, interval=0.1,
                  message=lambda: f"the controller's /readyz; its log:\n{self.tail()}")
+
+    def freeze(self, frozen: bool) -> None:
+        """SIGSTOP / SIGCONT: a process that stalls (a long GC pause, a starved
+        CPU) and then goes on from caches seconds behind the API server."""
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL and reap."""
@@ -545,14 +563,21 @@ class Run:
         self.seq = 0
         self.created: list[tuple[str, str]] = []
         self.deleted: list[tuple[str, str]] = []
+        self.manifests: dict[tuple[str, str], Obj] = {}
+        # Deleted pods to create again under the same name (as a StatefulSet
+        # would): the old pod's template claims have the new pod's claim names.
+        self.reuse: list[tuple[str, str]] = []
+        self.recreated = 0
 
     def now(self) -> float:
         return time.monotonic() - self.t0
 
     def event(self, what: str) -> None:
-        self.timeline.append((self.now(), what))
+        """Record a step; the UTC time matches it with the controller's log."""
+        wall = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+        self.timeline.append((self.now(), f"{what} ({wall}Z)"))
         self.phase = what
-        print(f"[stress] t={self.now():6.2f}s {what}", flush=True)
+        print(f"[stress] t={self.now():6.2f}s {wall}Z {what}", flush=True)
 
     def class_body(self, key: str) -> Obj:
         pool = POOL_A if key == "a" else POOL_B
@@ -622,6 +647,7 @@ class Run:
     def create_pod(self, ns: str, manifest: Obj) -> None:
         kube.request(self.api, "POST", f"/api/v1/namespaces/{ns}/pods", body=manifest)
         self.created.append((ns, manifest["metadata"]["name"]))
+        self.manifests[(ns, manifest["metadata"]["name"])] = manifest
 
     def create_job(self, ns: str, name: str) -> None:
         spec = self.pod_spec()
@@ -662,7 +688,8 @@ class Run:
         return out
 
     def churn(self) -> None:
-        """Delete 1-2 released bare pods (now and then a gated one too) and create 1-3."""
+        """Delete 1-2 released bare pods (now and then a gated one too) and create
+        1-3, now and then one under the name of a pod deleted before."""
         rng = self.rng
         pods = [p for p in self.pods() if (_meta(p).get("labels") or {}).get("stress") == "pod"
                 and not _meta(p).get("deletionTimestamp")]
@@ -677,11 +704,23 @@ class Run:
                 kube.request(self.api, "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
                              body={"gracePeriodSeconds": 0})
                 self.deleted.append((ns, name))
+                if (ns, name) in self.manifests and rng.random() < 0.4:
+                    self.reuse.append((ns, name))
             except kube.ApiError as e:
                 if e.status != 404:
                     raise
         for _ in range(rng.choice((1, 2, 3))):
-            self.create_pod(*self.next_pod())
+            if self.reuse and rng.random() < 0.5:
+                ns, name = self.reuse.pop(rng.randrange(len(self.reuse)))
+                try:
+                    self.create_pod(ns, self.manifests[(ns, name)])
+                    self.recreated += 1
+                except kube.ApiError as e:
+                    if e.status != 409:  # the old pod is not gone yet: later
+                        raise
+                    self.reuse.append((ns, name))
+            else:
+                self.create_pod(*self.next_pod())
 
 
 class Sampler(threading.Thread):
@@ -776,6 +815,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
 
     # The seed decides when and what breaks.
     gone_class = rng.choice("ab")
+    freeze_at = rng.uniform(1.5, 3.0)
+    thaw_at = freeze_at + rng.uniform(2.0, 3.5)
     class_delete_at = rng.uniform(4.0, 8.0)
     class_back_at = class_delete_at + rng.uniform(2.0, 4.0)
     kill_at = rng.uniform(12.0, 17.0)
@@ -799,7 +840,7 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
 
         plan = sorted([
             (class_delete_at, "delete-class"), (class_back_at, "recreate-class"),
-            (kill_at, "kill"), (restart_at, "restart")])
+            (kill_at, "kill"), (restart_at, "restart"), (freeze_at, "freeze"), (thaw_at, "thaw")])
         next_churn = 1.0
         while plan or run.now() < CHURN_UNTIL:
             if plan and run.now() >= plan[0][0]:
@@ -810,6 +851,10 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                 elif action == "recreate-class":
                     run.create_class(gone_class)
                     run.event(f"GPUClass {run.classes[gone_class]} recreated")
+                elif action in ("freeze", "thaw"):
+                    ctl.freeze(action == "freeze")
+                    run.event("controller stopped (SIGSTOP)" if action == "freeze"
+                              else "controller continued (SIGCONT)")
                 elif action == "kill":
                     ctl.kill()
                     run.event("controller killed with SIGKILL")
@@ -823,7 +868,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                 run.churn()
                 next_churn = run.now() + rng.uniform(1.0, 2.0)
             time.sleep(0.05)
-        run.event(f"churn over: {len(run.created)} pods created, {len(run.deleted)} deleted")
+        run.event(f"churn over: {len(run.created)} pods created ({run.recreated} under the name "
+                  f"of a deleted one), {len(run.deleted)} deleted")
 
         # Quiet, in two senses, both within QUIET_MAX. Settled: what the
         # invariants read (each claim's uid, phase, node, reservations; each
@@ -912,7 +958,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         n_finished = sum(finished(p) for p in pods)
         held = sum(int(c["spec"]["count"]) for c in claims if holds_gpus(c)
                    and _status(c).get("nodeName") in {_meta(n)["name"] for n in nodes})
-        summary = (f"seed {seed}: {sampler.samples} samples, {len(run.created)} pods created, "
+        summary = (f"seed {seed}: {sampler.samples} samples, {len(run.created)} pods created "
+                   f"({run.recreated} under an old name), "
                    f"{len(run.deleted)} deleted; at the end {n_running} released, {n_gated} gated, "
                    f"{n_finished} finished, {held}/{sum(g for _, g, _, _ in NODES)} GPUs held, "
                    f"{ctl.tracebacks()} tracebacks in the controller log; "
@@ -922,6 +969,10 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         report = "\n".join(f"{name}:\n" + "\n".join(f"  - {line}" for line in lines[:12])
                            + (f"\n  ... and {len(lines) - 12} more" if len(lines) > 12 else "")
                            for name, lines in failures.items())
+        if failures:  # pytest keeps only its last few temporary folders; keep the log
+            kept = Path(tempfile.gettempdir()) / f"gpuclaimctl-stress-{seed}-{tag}.log"
+            shutil.copyfile(ctl.log, kept)
+            ctl.log = kept
         # Namespaces are long (the test's name); the report calls them ns-a and ns-b.
         legend = f"ns-a = {run.namespaces[0]}, ns-b = {run.namespaces[1]}"
         for ns, alias in ((run.namespaces[1], "ns-b"), (run.namespaces[0], "ns-a")):
@@ -1042,6 +1093,10 @@ def test_each_check_trips_on_a_hand_made_violation() -> None:
                             time.time()) == []
     assert check_gated_pods([], [wu], nodes, classes, {}, time.time()) == []
     assert check_gated_pods([], [w], nodes, {"b": classes["b"]}, {}, time.time()) == []
+    older = _claim("w-g", 2, phase="Pending", node=None, template_of="w-before")
+    assert check_gated_pods(bound + [older], [w], nodes, classes, {}, time.time()) == []
+    assert check_gated_pods(bound + [_claim("w-g", 2, phase="Pending", node=None, template_of="w")],
+                            [w], nodes, classes, {}, time.time())
     # A template entry's size comes from its template; a Retain claim bound on n1 keeps the set there.
     wt = _pod("wt", [{"name": "t", "template": "big"}], gate=True)
     assert check_gated_pods([], [wt], nodes, classes, {("ns", "big"): {"className": "a", "count": 5}},
