@@ -92,7 +92,9 @@ MAX_SET = 8  # GPUs in one set: the biggest node
 INITIAL_PODS = 44
 JOBS = 2  # in the first namespace, 2 completions each, one pod at a time
 CHURN_UNTIL = 24.0  # seconds after the workload starts
-QUIET, QUIET_MAX = 4.0, 35.0
+# Settling takes ~5 s after the churn with a controller in good health on
+# this machine; QUIET_MAX leaves a slow one room and keeps the run < 120 s.
+QUIET, QUIET_MAX = 4.0, 45.0
 READY_TIMEOUT = 60.0
 _PR_SET_PDEATHSIG = 1
 
@@ -951,7 +953,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                             ("released pods hold their sets", check_released_pods(ours, pods)),
                             ("cleanup (DESIGN §2/§5)", check_cleanup(ours, pods))):
             if found:
-                failures[name] = found
+                # Checked on a run that never settled, these may be steps not taken yet.
+                failures[name + (" (checked before the run settled)" if "quiet" in failures else "")] = found
 
         n_gated = sum(gated(p) for p in pods)
         n_running = sum(not gated(p) and not finished(p) for p in pods)
