@@ -229,7 +229,14 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
         cluster.pod("train", [{"name": "gpus", "template": "pair"},
                               {"name": "extra", "className": fit, "count": 1}])
         # Its class has only the 2-GPU node, which has too little CPU for it.
-        cluster.pod("refused", [{"name": "g", "className": tight, "count": 2}], cpu="2")
+        # Something owns it (as a ReplicaSet would; a ConfigMap here, so no
+        # controller makes another): only such a pod is deleted when refused.
+        owner = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
+        manifest = cluster.pod_manifest("refused", [{"name": "g", "className": tight, "count": 2}], cpu="2")
+        manifest["metadata"]["ownerReferences"] = [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid,
+            "controller": True}]
+        cluster.core.create_namespaced_pod(ns, manifest)
 
         wait_for(lambda: cluster.running_on("train", roomy), timeout=60,
                  message=lambda: f"train Running on {roomy}; controller log:\n{running.log_tail()}")
