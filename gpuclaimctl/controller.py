@@ -26,7 +26,7 @@ from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -256,17 +256,6 @@ class Handlers:
         for c in self.ctx.classes.list():
             self.enqueue_class(c["metadata"]["name"])
 
-    def enqueue_pod(self, pod: Obj) -> None:
-        """Queue the pod's key; a gated pod takes part in the age turnstile
-        from now, so no younger pod decides before it (DESIGN §4)."""
-        key = keys.key_of(pod)
-        if has_gate(pod):
-            created = parse_time(pod["metadata"].get("creationTimestamp"))
-            if created is not None:
-                self.ctx.turnstile.expect(key, (created, pod["metadata"].get("namespace", ""),
-                                                pod["metadata"]["name"]))
-        self.queue.add(POD + key)
-
     def enqueue_waiting_pods(self, namespace: str | None = None) -> None:
         """Every gated pod, oldest first, so where pods compete the oldest wins."""
         pods = self.ctx.pods.by_index(indexes.WAITING_PODS, "")
@@ -276,7 +265,7 @@ class Handlers:
                                            p["metadata"].get("namespace", ""),
                                            p["metadata"]["name"]))
         for p in pods:
-            self.enqueue_pod(p)
+            self.queue.add(POD + keys.key_of(p))
 
     def woke(self, change: Change) -> None:
         if change.freed:
@@ -287,13 +276,13 @@ class Handlers:
     def pod_added(self, pod: Obj) -> None:
         self.woke(self.view.apply_pod(None, pod))
         if _ours(pod):
-            self.enqueue_pod(pod)
+            self.queue.add(POD + keys.key_of(pod))
 
     def pod_updated(self, old: Obj, new: Obj) -> None:
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
             # A resync: retry only what still waits.
             if has_gate(new):
-                self.enqueue_pod(new)
+                self.queue.add(POD + keys.key_of(new))
             return
         self.woke(self.view.apply_pod(old, new))
         if old["metadata"].get("uid") != new["metadata"].get("uid"):
@@ -301,7 +290,7 @@ class Handlers:
             self.ctx.memories.deleted_pods[old["metadata"].get("uid", "")] = True
             self._enqueue_claims_of_pod(old)
         if _ours(new):
-            self.enqueue_pod(new)
+            self.queue.add(POD + keys.key_of(new))
         old_phase, new_phase = (old.get("status") or {}).get("phase"), (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in ("Succeeded", "Failed"):
             self._enqueue_claims_of_pod(new)
@@ -370,7 +359,7 @@ class Handlers:
 
     def _enqueue_pods_of_claim(self, claim: Obj) -> None:
         for p in self.ctx.pods.by_index(indexes.PODS_BY_CLAIM, keys.key_of(claim)):
-            self.enqueue_pod(p)
+            self.queue.add(POD + keys.key_of(p))
 
     # -- nodes and classes ----------------------------------------------------------------
 
@@ -443,7 +432,7 @@ class Handlers:
 
     def _enqueue_pods_of_pvc(self, key: str) -> None:
         for p in self.ctx.pods.by_index(indexes.PODS_BY_PVC, key):
-            self.enqueue_pod(p)
+            self.queue.add(POD + keys.key_of(p))
 
 
 # -- small helpers ----------------------------------------------------------------------------

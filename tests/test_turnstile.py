@@ -77,38 +77,3 @@ def test_leaving_early_lets_the_others_through_and_the_block_end_is_harmless() -
         with gate.entered("young", age(2)):
             assert gate.wait_turn("young", age(2))
     assert len(gate) == 0
-
-
-def test_a_younger_pod_waits_for_an_older_one_that_is_only_queued() -> None:
-    """Issue 10, item 12: an older pod takes part from the moment its key is
-    queued, not only while a worker holds it."""
-    gate = AgeTurnstile(max_wait=10)
-    gate.expect("old", age(1))
-    done = threading.Event()
-
-    def younger() -> None:
-        with gate.entered("young", age(2)):
-            assert gate.wait_turn("young", age(2))
-            done.set()
-
-    t = threading.Thread(target=younger)
-    t.start()
-    assert not done.wait(0.3)
-    gate.leave("old")  # its sync ended
-    assert done.wait(5)
-    t.join(5)
-    assert len(gate) == 0
-
-
-def test_an_older_pod_does_not_wait_for_a_younger_one_queued() -> None:
-    gate = AgeTurnstile(max_wait=10)
-    gate.expect("young", age(5))
-    with gate.entered("old", age(1)):
-        assert gate.wait_turn("old", age(1))
-
-
-def test_a_pod_expected_again_with_another_age_counts_with_the_new_one() -> None:
-    gate = AgeTurnstile(max_wait=0.2)
-    gate.expect("p", age(1, "p"))
-    gate.expect("p", age(9, "p"))  # recreated under its name: a younger pod now
-    assert gate.wait_turn("q", age(5, "q"))

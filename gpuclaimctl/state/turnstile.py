@@ -1,26 +1,20 @@
-"""Oldest pod first through the placement decision, among pods that want one.
+"""Oldest pod first through the placement decision, among pods being worked on.
 
-Waiting pods are queued oldest first, but several workers take them, and
-keys also arrive out of age order (a claim event wakes the pods naming it,
-a new pod is added as it comes): a younger pod could reach the decision
-first and take the room an older one wanted. DESIGN §4: where pods
-compete, the oldest goes first.
+Waiting pods are queued oldest first, but several workers take them: a
+younger pod whose claims resolve sooner (an older one is still creating its
+template claims) could reach the decision first and take the room the
+older one wanted. DESIGN §4: where pods compete, the oldest goes first.
 
-A gated pod takes part from the moment its key is queued (`expect`) until
-its sync ends (`leave`); a worker waits, before deciding, while an older pod
-takes part. An older pod that waits for capacity and is NOT queued does not
-hold younger ones back: they may fit where it does not, and it is queued
-again (oldest first) whenever GPUs are freed. The wait is bounded, so a
-stuck or slow older pod delays the others by `max_wait` at most; it never
-blocks them.
-
-Ages are a total order (creation time, namespace, name). The oldest taking
-part is found in O(log n) from a heap with lazy deletion.
+A worker enters the turnstile when it starts on a pod and waits, before
+deciding, while an older pod is inside; it leaves once its decision is
+recorded. Only pods being worked on take part: an older pod that waits for
+capacity and is not in a worker does not hold younger ones back (they may
+fit where it does not). The wait is bounded, so a stuck worker delays the
+others by `max_wait` at most; it never blocks them.
 """
 
 from __future__ import annotations
 
-import heapq
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,22 +29,13 @@ class AgeTurnstile:
         self._max_wait = max_wait
         self._clock = clock
         self._cond = threading.Condition()
-        # key -> age of every pod taking part; the heap holds (age, key) for
-        # each of them, and may hold stale pairs (popped when on top).
         self._inside: dict[str, Age] = {}
-        self._heap: list[tuple[Age, str]] = []
-
-    def expect(self, key: str, age: Age) -> None:
-        """The pod's key was queued: it takes part until its sync ends."""
-        with self._cond:
-            if self._inside.get(key) != age:
-                self._inside[key] = age
-                heapq.heappush(self._heap, (age, key))
 
     @contextmanager
     def entered(self, key: str, age: Age) -> Iterator[None]:
-        """Taking part from now until the end of the block."""
-        self.expect(key, age)
+        """Inside from now until `leave` or the end of the block."""
+        with self._cond:
+            self._inside[key] = age
         try:
             yield
         finally:
@@ -62,24 +47,15 @@ class AgeTurnstile:
                 self._cond.notify_all()
 
     def wait_turn(self, key: str, age: Age) -> bool:
-        """Wait while an older pod takes part; False if `max_wait` ran out first."""
+        """Wait while an older pod is inside; False if `max_wait` ran out first."""
         deadline = self._clock() + self._max_wait
         with self._cond:
-            while self._older_than(age, key):
+            while any(a < age for k, a in self._inside.items() if k != key):
                 left = deadline - self._clock()
                 if left <= 0:
                     return False
                 self._cond.wait(left)
             return True
-
-    def _older_than(self, age: Age, key: str) -> bool:
-        heap = self._heap
-        while heap and self._inside.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)  # left, or expected again with another age
-        if not heap:
-            return False
-        oldest_age, oldest_key = heap[0]
-        return oldest_key != key and oldest_age < age
 
     def __len__(self) -> int:
         with self._cond:

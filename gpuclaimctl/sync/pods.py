@@ -59,18 +59,14 @@ _REFUSED_BY_USER_INPUT = frozenset({400, 403, 422})
 
 
 def sync_pod(ctx: SyncContext, key: str) -> None:
-    try:
-        ns, name = keys.split(key)
-        pod = ctx.pods.get(ns, name)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
-            return
-        if has_gate(pod):
-            _place(ctx, pod)
-        elif api.PLACED_NODE_ANNOTATION in (pod["metadata"].get("annotations") or {}):
-            _check_refused(ctx, pod)
-    finally:
-        # Queued, it took part in the age turnstile; synced, it no longer does.
-        ctx.turnstile.leave(key)
+    ns, name = keys.split(key)
+    pod = ctx.pods.get(ns, name)
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return
+    if has_gate(pod):
+        _place(ctx, pod)
+    elif api.PLACED_NODE_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+        _check_refused(ctx, pod)
 
 
 # -- placing a gated pod ----------------------------------------------------------------
