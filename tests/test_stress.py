@@ -798,10 +798,12 @@ def second_namespace(api_client: client.ApiClient, namespace: str) -> Any:
 def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
     api_client: client.ApiClient, full_plane: ControlPlane, crds: list[str], namespace: str,
     second_namespace: str, gpu_nodes: Callable[..., Obj], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     started = time.monotonic()
     seed = _seed()
-    print(f"\n[stress] seed {seed} (set {SEED_ENV}={seed} to run it again)", flush=True)
+    with capsys.disabled():  # the seed shows even when the test passes and output is captured
+        print(f"\n[stress] seed {seed} (set {SEED_ENV}={seed} to run it again)", flush=True)
     rng = random.Random(seed)
     tag = uuid.uuid4().hex[:6]
     run = Run(api_client, [namespace, second_namespace], tag, rng)
@@ -967,7 +969,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                    f"{n_finished} finished, {held}/{sum(g for _, g, _, _ in NODES)} GPUs held, "
                    f"{ctl.tracebacks()} tracebacks in the controller log; "
                    f"{time.monotonic() - started:.0f}s")
-        print(f"[stress] {summary}", flush=True)
+        with capsys.disabled():
+            print(f"\n[stress] {summary}", flush=True)
         timeline = "\n".join(f"  t={t:6.2f}s {what}" for t, what in run.timeline)
         report = "\n".join(f"{name}:\n" + "\n".join(f"  - {line}" for line in lines[:12])
                            + (f"\n  ... and {len(lines) - 12} more" if len(lines) > 12 else "")
