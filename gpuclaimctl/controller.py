@@ -275,7 +275,7 @@ class Handlers:
 
     def pod_added(self, pod: Obj) -> None:
         self.woke(self.view.apply_pod(None, pod))
-        if _ours(pod):
+        if _gated_or_placed(pod):
             self.queue.add(POD + keys.key_of(pod))
 
     def pod_updated(self, old: Obj, new: Obj) -> None:
@@ -289,7 +289,7 @@ class Handlers:
             # Deleted and recreated under the name while the watch was away.
             self.ctx.memories.deleted_pods[old["metadata"].get("uid", "")] = True
             self._enqueue_claims_of_pod(old)
-        if _ours(new):
+        if _gated_or_placed(new):
             self.queue.add(POD + keys.key_of(new))
         old_phase, new_phase = (old.get("status") or {}).get("phase"), (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in ("Succeeded", "Failed"):
@@ -312,7 +312,7 @@ class Handlers:
             return
         self.ctx.memories.deleted_pods[pod["metadata"].get("uid", "")] = True
         self.woke(self.view.delete_pod(pod))
-        self.ctx.memories.told.pop(keys.key_of(pod), None)
+        self.ctx.memories.last_warning.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
 
     def _enqueue_claims_of_pod(self, pod: Obj) -> None:
@@ -450,7 +450,7 @@ def _placement_fields(claim: Obj) -> tuple[Any, ...]:
             status.get("reservedFor"), status.get("rejectedNodes"))
 
 
-def _ours(pod: Obj) -> bool:
+def _gated_or_placed(pod: Obj) -> bool:
     """A pod the pod sync cares about: gated by us, or released by us."""
     meta = pod["metadata"]
     return has_gate(pod) or api.PLACED_NODE_ANNOTATION in (meta.get("annotations") or {})

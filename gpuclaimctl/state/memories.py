@@ -26,8 +26,8 @@ class Memories:
     reject_for: float = 600.0
     deleted_pods: LockedCache[str, bool] = field(
         default_factory=lambda: LockedCache(LRUCache(DELETED_PODS_REMEMBERED)))
-    # The last waiting reason (and message) told to each pod.
-    told: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # The last waiting reason each pod was warned of (one Warning event per change).
+    last_warning: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Rejections of template and inline sets: their claims die with the
     # refused pod, so the rejection lives with the set's identity (the
     # pod's owner and the entries) here, for --reject-for at most.

@@ -76,7 +76,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     try:
         entries = pod_claims(pod)
     except PodClaimsError as e:
-        _tell(ctx, pod, api.WaitReason.INVALID_CLAIMS, f"the {api.CLAIMS_ANNOTATION} "
+        _warn_waiting(ctx, pod, api.WaitReason.INVALID_CLAIMS, f"the {api.CLAIMS_ANNOTATION} "
               f"annotation is invalid: {e}")
         return
     # Only nodes every bound volume reaches (the scheduler would refuse others).
@@ -132,7 +132,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         ctx.metrics.placements.labels("placed", "").inc()
         if created_at is not None:
             ctx.metrics.release_seconds.observe(max(0.0, (ctx.now() - created_at).total_seconds()))
-    ctx.memories.told.pop(key, None)
+    ctx.memories.last_warning.pop(key, None)
     log.info("released pod on node", extra={"pod": key, "node": decision.node})
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed",
                      f"GPU claims placed on node {decision.node}: {decision.message}")
@@ -153,7 +153,7 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
             # (with backoff) is right, but only the user can fix it, so say why.
             source = (f"GPUClaimTemplate {entry.template!r}" if entry.source is EntrySource.TEMPLATE
                       else f"entry {entry.name!r}")
-            _tell(ctx, pod, api.WaitReason.CLAIM_MISSING,
+            _warn_waiting(ctx, pod, api.WaitReason.CLAIM_MISSING,
                   f"the API server refused to create GPUClaim {claim_name!r} from {source}: "
                   f"{e.status} {e.reason}: {e.message}")
         raise
@@ -230,7 +230,7 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
             ctx.writer.update_claim_status(body)
         except NotFound:
             pass
-    _tell(ctx, pod, decision.reason, decision.message)
+    _warn_waiting(ctx, pod, decision.reason, decision.message)
     # A rejection that runs out can let the set fit: look again then. Those
     # kept in memory for template and inline sets count too: their claims
     # are new, and carry none.
@@ -244,12 +244,12 @@ def _next_rejection_end(rejections: Iterable[Rejection], now: datetime) -> float
     return min(left) + 0.5 if left else None
 
 
-def _tell(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: str) -> None:
+def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: str) -> None:
     """One Warning event each time the pod's waiting reason changes."""
     key = keys.key_of(pod)
-    if ctx.memories.told.get(key) == str(reason):
+    if ctx.memories.last_warning.get(key) == str(reason):
         return
-    ctx.memories.told[key] = str(reason)
+    ctx.memories.last_warning[key] = str(reason)
     if reason is api.WaitReason.INVALID_CLAIMS and ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
@@ -339,9 +339,9 @@ def _release_bare_pod(ctx: SyncContext, pod: Obj, held: Sequence[Mapping[str, An
             ctx.writer.update_claim_status(body)
             ctx.enqueue(CLAIM + keys.key_of(c))
     key = keys.key_of(pod)
-    if ctx.memories.told.get(key) == "RefusedBare":
+    if ctx.memories.last_warning.get(key) == "RefusedBare":
         return
-    ctx.memories.told[key] = "RefusedBare"
+    ctx.memories.last_warning[key] = "RefusedBare"
     log.warning("kube-scheduler refused a bare pod; its claims let go of it",
                 extra={"pod": key, "node": node_name, "reason": message})
     ctx.writer.event(_pod_ref(pod), "Warning", "NodeRefused",
