@@ -190,14 +190,7 @@ class Controller:
         return True
 
     def sync(self, key: str) -> None:
-        if key.startswith(POD):
-            sync_pod(self.ctx, key[len(POD):])
-        elif key.startswith(CLAIM):
-            sync_claim(self.ctx, key[len(CLAIM):])
-        elif key.startswith(CLASS):
-            sync_class(self.ctx, key[len(CLASS):])
-        else:
-            log.error("dropping unknown key %r", key)
+        dispatch(self.ctx, key)
 
     # -- taking over -------------------------------------------------------------------------
 
@@ -235,6 +228,18 @@ class Controller:
             allocatable[cls_info.name] = cls_info.allocatable(nodes)[1]
             bound.setdefault(cls_info.name, 0)
         return StateSample(claims=claims, allocatable=allocatable, bound=bound)
+
+
+def dispatch(ctx: SyncContext, key: str) -> None:
+    """Run the sync a queue key names."""
+    if key.startswith(POD):
+        sync_pod(ctx, key[len(POD):])
+    elif key.startswith(CLAIM):
+        sync_claim(ctx, key[len(CLAIM):])
+    elif key.startswith(CLASS):
+        sync_class(ctx, key[len(CLASS):])
+    else:
+        log.error("dropping unknown key %r", key)
 
 
 class Handlers:

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from gpuclaimctl.client.writer import Writer
-from gpuclaimctl.controller import Handlers
+from gpuclaimctl.controller import Handlers, dispatch
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.podclaims import has_gate, named_claims
@@ -38,10 +38,7 @@ from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import ClusterView
-from gpuclaimctl.sync.claims import sync_claim
-from gpuclaimctl.sync.classes import sync_class
-from gpuclaimctl.sync.context import CLAIM, CLASS, POD, Settings, SyncContext
-from gpuclaimctl.sync.pods import sync_pod
+from gpuclaimctl.sync.context import Settings, SyncContext
 from informers import (
     DeletedFinalStateUnknown,
     GPUClaimLister,
@@ -211,12 +208,7 @@ class Controller:
 
     def sync(self, key: str) -> None:
         try:
-            if key.startswith(POD):
-                sync_pod(self.ctx, key[len(POD):])
-            elif key.startswith(CLAIM):
-                sync_claim(self.ctx, key[len(CLAIM):])
-            elif key.startswith(CLASS):
-                sync_class(self.ctx, key[len(CLASS):])
+            dispatch(self.ctx, key)
             self.queue.forget(key)
         except Crash:
             raise
