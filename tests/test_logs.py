@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuclaimctl.cmd.logs import (
+from gpuclaimctl.logs import (
     JsonFormatter,
     TextFormatter,
     KeyedLogger,

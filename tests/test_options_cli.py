@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from gpuclaimctl import __version__
 from gpuclaimctl.cmd import app
 from gpuclaimctl.cmd.cli import main
-from gpuclaimctl.cmd.logs import LogFormat
+from gpuclaimctl.logs import LogFormat
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.model.api import Strategy
 

@@ -52,7 +52,7 @@ from kubernetes import client
 
 from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.client.leaselock import LeaderElectionRecord, LeaseLock, ResourceLock, micro_time
-from gpuclaimctl.cmd.logs import get_logger
+from gpuclaimctl.logs import get_logger
 from metrics.leaderelection import LeaderElectionMetrics
 from workqueue.clock import Clock, RealClock
 

@@ -37,7 +37,7 @@ from gpuclaimctl import __version__
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.client.writer import Writer
-from gpuclaimctl.cmd import logs
+from gpuclaimctl import logs
 from gpuclaimctl.controller import Controller, Settings
 from gpuclaimctl.cmd.endpoints import Check, EndpointServer
 from gpuclaimctl.client.leaderelection import (

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from gpuclaimctl import __version__
-from gpuclaimctl.cmd.logs import LogFormat
+from gpuclaimctl.logs import LogFormat
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.model.api import Strategy
 

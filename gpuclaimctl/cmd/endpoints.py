@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from gpuclaimctl.cmd.bindaddress import DISABLED, parse_bind_address
-from gpuclaimctl.cmd.logs import get_logger
+from gpuclaimctl.logs import get_logger
 
 _log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 from gpuclaimctl.cmd.bindaddress import parse_bind_address
-from gpuclaimctl.cmd.logs import LogFormat
+from gpuclaimctl.logs import LogFormat
 from gpuclaimctl.model.api import Strategy
 
 
