@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import signal
+import socket
+
 import time
 from typing import Any, Callable, TypeVar
 
@@ -83,3 +87,20 @@ def node_is_ready(core: client.CoreV1Api, name: str) -> bool:
         if c.type == "Ready":
             return bool(c.status == "True")
     return False
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a child process's endpoints)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """In a child before exec: the kernel kills it if the test process
+    dies, so not even a crashed pytest leaves a controller running."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1

@@ -13,13 +13,11 @@ server's audit log, where each process's User-Agent names it.
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,11 +38,10 @@ from gpuclaimctl.client import kube
 from gpuclaimctl.client.fence import NotLeader, WriteFence
 from gpuclaimctl.cmd import app
 from gpuclaimctl.controlplane import ControlPlane
-from tests.helpers import wait_for
+from tests.helpers import die_with_parent, free_port, wait_for
 from tests.test_e2e import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
-_PR_SET_PDEATHSIG = 1
 
 # The kill -9 story: short durations so the test waits seconds, not the
 # default 15 s. They keep the elector's rules (lease > renew > 1.2 x retry).
@@ -56,19 +53,6 @@ SIGTERM_HANDOVER = 3.0
 # A standby's read and conditional write of the Lease once it expires, on a
 # loaded 2-core machine.
 LEASE_REQUESTS = 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # In the child before exec: the kernel kills it if the test process
-    # dies, so not even a crashed pytest leaves a controller running.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class ControllerProcess:
@@ -105,7 +89,7 @@ class ControllerProcess:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, cwd=REPO, env=env,
-                                          preexec_fn=_die_with_parent)
+                                          preexec_fn=die_with_parent)
         return self
 
     @property

@@ -41,13 +41,11 @@ It is printed and taken from GPUCLAIMCTL_STRESS_SEED when set:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -69,7 +67,7 @@ from kubernetes import client, config
 from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import ControlPlane
 from gpuclaimctl.model import api
-from tests.helpers import NOT_READY_TAINTS, wait_for
+from tests.helpers import NOT_READY_TAINTS, die_with_parent, free_port, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_ENV = "GPUCLAIMCTL_STRESS_SEED"
@@ -96,7 +94,6 @@ CHURN_UNTIL = 24.0  # seconds after the workload starts
 # this machine; QUIET_MAX leaves a slow one room and keeps the run < 120 s.
 QUIET, QUIET_MAX = 4.0, 45.0
 READY_TIMEOUT = 60.0
-_PR_SET_PDEATHSIG = 1
 
 Obj = dict[str, Any]
 
@@ -462,17 +459,6 @@ def brief(o: Mapping[str, Any]) -> str:
 # -- the controller process --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class Controller:
     """`python -m gpuclaimctl run --no-leader-elect` with a log file; restartable."""
 
@@ -483,10 +469,10 @@ class Controller:
         self.starts = 0
 
     def start(self) -> None:
-        self.health_port = _free_port()
+        self.health_port = free_port()
         argv = [sys.executable, "-m", "gpuclaimctl", "run", "--kubeconfig", self.kubeconfig,
                 "--no-leader-elect", "--workers", str(self.workers),
-                "--metrics-bind-address", f"127.0.0.1:{_free_port()}",
+                "--metrics-bind-address", f"127.0.0.1:{free_port()}",
                 "--health-bind-address", f"127.0.0.1:{self.health_port}",
                 "--resync-period", "0", "-v", "2"]
         self.starts += 1
@@ -496,7 +482,7 @@ class Controller:
             self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, cwd=REPO,
                                           env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1"),
-                                          preexec_fn=_die_with_parent)
+                                          preexec_fn=die_with_parent)
 
     def ready(self) -> bool:
         assert self.popen is not None
