@@ -203,3 +203,49 @@ def test_a_queue_without_metrics_starts_no_thread() -> None:
 
     assert threading.active_count() == before
     q.shut_down()
+
+
+# -- an ordered ready list ------------------------------------------------------------
+
+
+def test_ordered_queue_hands_out_lowest_order_first_and_ties_first_in():
+    q: Queue[str] = Queue(order=lambda item: item[0])
+    for item in ["c1", "a1", "b1", "a2"]:
+        q.add(item)
+    got = [q.get()[0] for _ in range(4)]
+    assert got == ["a1", "a2", "b1", "c1"]
+
+
+def test_ordered_queue_keeps_the_dedup_and_processing_guarantees():
+    q: Queue[str] = Queue(order=lambda item: -int(item))
+    q.add("1")
+    q.add("1")
+    assert q.len() == 1
+    item, _ = q.get()
+    q.add("1")  # added while processing: handed out again after done
+    q.add("2")
+    assert q.get()[0] == "2"
+    q.done("2")
+    assert q.len() == 0
+    q.done(item)
+    assert q.get()[0] == "1"
+    q.shut_down()
+    assert q.get() == (None, True)
+
+
+def test_ordered_delaying_queue_orders_what_became_ready_together():
+    from workqueue import FakeClock, RateLimitingQueue, default_controller_rate_limiter
+
+    clock = FakeClock()
+    q: RateLimitingQueue[str] = RateLimitingQueue(default_controller_rate_limiter(), clock=clock,
+                                                  order=lambda item: item)
+    try:
+        q.add_after("z", 1.0)
+        q.add_after("m", 1.0)
+        q.add("y")
+        assert q.get()[0] == "y"
+        clock.step(1.5)
+        wait_for(lambda: q.len() == 2, timeout=5, interval=0.005, message="both due")
+        assert [q.get()[0], q.get()[0]] == ["m", "z"]
+    finally:
+        q.shut_down()

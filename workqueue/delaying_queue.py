@@ -16,8 +16,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Hashable
-from typing import TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from workqueue.clock import Clock
 from workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD, Queue
@@ -42,12 +42,14 @@ class DelayingQueue(Queue[T]):
         metrics_provider: MetricsProvider | None = None,
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
+        order: Callable[[T], Any] | None = None,
     ) -> None:
         super().__init__(
             name,
             metrics_provider=metrics_provider,
             clock=clock,
             unfinished_work_update_period=unfinished_work_update_period,
+            order=order,
         )
         # The waiting thread sleeps here; it shares the queue's lock so that
         # moving an item from the heap to the queue is one critical section.

@@ -15,14 +15,23 @@ Guarantees, the same as client-go's:
 Everything is guarded by one lock with one condition for getters, so the
 hot path (``add``/``get``/``done``) is a lock round trip on a deque and two
 sets. With metrics off it makes no calls beyond those.
+
+With ``order`` (client-go's ``TypedQueueConfig.Queue``, a pluggable ready
+list), items ready at the same time are handed out lowest ``order(item)``
+first instead of first-in: a controller can hand its oldest waiting pods
+to the first free worker. The other guarantees are unchanged; ``order`` is
+evaluated once, when an item joins the ready list, outside nothing but the
+queue's lock, so it must be quick and must not call back into the queue.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, Literal, TypeVar, Union
+from typing import Any, Generic, Literal, TypeVar, Union
 
 from workqueue.clock import Clock, RealClock
 from workqueue.queue_metrics import MetricsProvider, QueueMetrics, new_queue_metrics
@@ -36,6 +45,31 @@ UNFINISHED_WORK_UPDATE_PERIOD = 0.5
 # What ``get`` returns: an item, or (None, True) once shut down and drained.
 # Indexing narrows it (``got = q.get(); if got[1]: return``).
 GetResult = Union[tuple[T, Literal[False]], tuple[None, Literal[True]]]
+
+
+class OrderedReady(Generic[T]):
+    """The ready list as a heap on ``(order(item), arrival)``: the same
+    ``append``/``popleft``/``len`` as the deque it replaces, so the queue's
+    hot path does not branch on which one it has. Ties go first-in."""
+
+    __slots__ = ("_order", "_heap", "_arrival")
+
+    def __init__(self, order: Callable[[T], Any]) -> None:
+        self._order = order
+        self._heap: list[tuple[Any, int, T]] = []
+        self._arrival = itertools.count()
+
+    def append(self, item: T) -> None:
+        heapq.heappush(self._heap, (self._order(item), next(self._arrival), item))
+
+    def popleft(self) -> T:
+        return heapq.heappop(self._heap)[2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
 
 
 class Queue(Generic[T]):
@@ -65,6 +99,7 @@ class Queue(Generic[T]):
         metrics_provider: MetricsProvider | None = None,
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
+        order: Callable[[T], Any] | None = None,
     ) -> None:
         if not unfinished_work_update_period > 0:
             raise ValueError("unfinished_work_update_period must be positive")
@@ -73,8 +108,10 @@ class Queue(Generic[T]):
         # processing to empty.
         self._cond = threading.Condition(self._lock)
         # Items ready to be handed out, in order. Every item in it is in
-        # ``_dirty`` and none is in ``_processing``.
-        self._queue: deque[T] = deque()
+        # ``_dirty`` and none is in ``_processing``. First-in first-out, or
+        # lowest ``order`` first.
+        self._queue: deque[T] | OrderedReady[T] = (
+            deque() if order is None else OrderedReady(order))
         # Items that need processing: those in ``_queue`` plus those added
         # again while being processed.
         self._dirty: set[T] = set()

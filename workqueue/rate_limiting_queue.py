@@ -7,8 +7,8 @@ succeeds, so the next failure starts again from the shortest delay.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from workqueue.clock import Clock
 from workqueue.delaying_queue import DelayingQueue
@@ -32,6 +32,7 @@ class RateLimitingQueue(DelayingQueue[T]):
         metrics_provider: MetricsProvider | None = None,
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
+        order: Callable[[T], Any] | None = None,
     ) -> None:
         self._rate_limiter = rate_limiter
         super().__init__(
@@ -39,6 +40,7 @@ class RateLimitingQueue(DelayingQueue[T]):
             metrics_provider=metrics_provider,
             clock=clock,
             unfinished_work_update_period=unfinished_work_update_period,
+            order=order,
         )
 
     def add_rate_limited(self, item: T) -> None:
