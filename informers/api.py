@@ -268,6 +268,8 @@ class HttpWatchStream:
 class ResourceListerWatcher:
     """Lists and watches one resource (optionally one namespace, selectors) over HTTP."""
 
+    supports_watch_list = True
+
     def __init__(
         self,
         client: RawClient,
@@ -342,7 +344,9 @@ class ResourceListerWatcher:
             continue_token=str(meta.get("continue") or ""),
         )
 
-    def watch(self, *, resource_version: str, timeout_seconds: int) -> HttpWatchStream:
+    def watch(
+        self, *, resource_version: str, timeout_seconds: int, send_initial_events: bool = False
+    ) -> HttpWatchStream:
         params = list(self._selectors)
         params += [
             ("watch", "true"),
@@ -351,6 +355,10 @@ class ResourceListerWatcher:
         ]
         if resource_version:
             params.append(("resourceVersion", resource_version))
+        if send_initial_events:
+            # The API server allows this pair only together (and only with
+            # bookmarks): a server without WatchList refuses it with 422.
+            params += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
         resp = self._client.get(
             self._path, params, read_timeout=timeout_seconds + WATCH_READ_MARGIN
         )

@@ -59,12 +59,16 @@ class SharedInformerFactory:
         clock: Clock | None = None,
         rand: Callable[[], float] = random.random,
         on_handler_error: HandlerErrorCallback | None = None,
+        use_watch_list: bool = True,
     ) -> None:
         """``namespace`` limits namespaced resources to one namespace; the
         selectors apply to every resource. ``transform`` runs on each object
         before it is cached (by default it drops ``managedFields``); then,
         with ``compact``, a ``Compactor`` shares equal parts between cached
-        objects (a fifth of the memory for pods; see transforms)."""
+        objects (a fifth of the memory for pods; see transforms).
+        ``use_watch_list`` fills each cache from a WatchList stream, falling
+        back to paginated lists where the server refuses it (client-go's
+        default since v0.35); False always lists."""
         self._client = RawClient(api_client)
         self._namespace = namespace
         self._label_selector = label_selector
@@ -78,6 +82,7 @@ class SharedInformerFactory:
         self._clock = clock
         self._rand = rand
         self._on_handler_error = on_handler_error
+        self._use_watch_list = use_watch_list
         self._lock = threading.Lock()
         self._informers: dict[Resource, SharedInformer] = {}
 
@@ -110,6 +115,7 @@ class SharedInformerFactory:
                     clock=self._clock,
                     rand=self._rand,
                     on_handler_error=self._on_handler_error,
+                    use_watch_list=self._use_watch_list,
                 )
                 self._informers[resource] = informer
         if indexers:

@@ -2,6 +2,22 @@
 
 The rules are client-go's (``tools/cache/reflector.go``, ``tools/pager``):
 
+- By default the initial state comes from a WatchList stream, as in
+  client-go since v0.35 (its ``WatchListClient`` gate is on): one watch with
+  ``sendInitialEvents=true``, ``resourceVersionMatch=NotOlderThan`` and
+  bookmarks, from the last resourceVersion seen ("" at first: the newest
+  state, served consistently from the watch cache). Its ADDED events are
+  collected (transformed as they arrive) until the bookmark annotated
+  ``k8s.io/initial-events-end: "true"``; then the store is replaced with
+  them, as after a list, and the same stream goes on as the watch. If the
+  version asked for is gone (410) or not yet known, it asks again for the
+  newest state; a stream that ends before that bookmark is opened again;
+  429 and transport errors back off and try again. Any other refusal (an
+  API server without WatchList answers 422), or a stream that ends at once
+  with nothing in it, falls back to the paginated list below for this
+  attempt; the next relist tries WatchList again. ``use_watch_list=False``
+  or a lister-watcher that cannot (``listwatch.supports_watch_list``)
+  always lists.
 - The first list asks for resourceVersion "0" (any recent state, served
   from the API server's watch cache) in pages of ``page_size``; a later
   relist asks for the last resourceVersion seen (no older than that), and
@@ -33,14 +49,24 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 from informers import gcpause, heap
 from informers.backoff import Backoff
 from informers.clock import Clock, RealClock, Stopper
 from informers.errors import ApiStatusError, TransportError
-from informers.listwatch import ADDED, BOOKMARK, DELETED, ERROR, MODIFIED, ListerWatcher, WatchStream
-from informers.objects import KubeObject
+from informers.listwatch import (
+    ADDED,
+    BOOKMARK,
+    DELETED,
+    ERROR,
+    MODIFIED,
+    ListerWatcher,
+    WatchStream,
+    is_initial_events_end,
+    supports_watch_list,
+)
+from informers.objects import KubeObject, meta_namespace_key
 from informers.transforms import Transform
 
 log = logging.getLogger(__name__)
@@ -71,6 +97,11 @@ class ReflectorStats:
     """Counters, written only by the reflector's thread (read them anywhere)."""
 
     lists: int = 0
+    """Paginated lists that filled the store."""
+    watch_lists: int = 0
+    """WatchList streams that filled the store (up to their end bookmark)."""
+    watch_list_fallbacks: int = 0
+    """WatchList requests refused and followed by a list."""
     list_pages: int = 0
     last_list_pages: int = 0
     last_list_items: int = 0
@@ -87,6 +118,20 @@ class _Stopped(Exception):
     pass
 
 
+class _WatchListRefused(Exception):
+    """The server cannot serve this WatchList request: list instead."""
+
+
+@dataclass
+class _OpenWatch:
+    """A watch already being read: a WatchList stream past its initial events."""
+
+    stream: WatchStream
+    events: Iterator[tuple[str, KubeObject]]
+    started: float
+    received: int
+
+
 class Reflector:
     def __init__(
         self,
@@ -101,7 +146,10 @@ class Reflector:
         backoff: Backoff | None = None,
         clock: Clock | None = None,
         rand: Callable[[], float] = random.random,
+        use_watch_list: bool = True,
     ) -> None:
+        """``initial_resource_version`` and ``page_size`` shape the lists
+        (used without WatchList, or when the server refuses it)."""
         if initial_resource_version not in ("0", ""):
             raise ValueError('initial_resource_version is "0" (watch cache) or "" (quorum read)')
         self.name = name
@@ -121,6 +169,7 @@ class Reflector:
         self._last_rv_unavailable = False
         self._paginated_result = False
         self._in_backoff = False
+        self._use_watch_list = use_watch_list and supports_watch_list(lw)
         self.stats = ReflectorStats()
 
     # -- state ---------------------------------------------------------
@@ -129,6 +178,11 @@ class Reflector:
     def last_sync_resource_version(self) -> str:
         """The resourceVersion of the last list, event or bookmark applied."""
         return self._last_sync_rv
+
+    @property
+    def uses_watch_list(self) -> bool:
+        """Whether the initial state (and every relist) is asked for by WatchList first."""
+        return self._use_watch_list
 
     @property
     def in_backoff(self) -> bool:
@@ -157,9 +211,11 @@ class Reflector:
             retry_after: float | None = None
             try:
                 if need_list:
-                    self._list()
+                    opened = self._fill_store()
                     need_list = False
-                self._watch()
+                    self._watch(opened)
+                else:
+                    self._watch()
                 continue
             except _Stopped:
                 return
@@ -203,6 +259,117 @@ class Reflector:
             return self._stopper.sleep(delay)
         finally:
             self._in_backoff = False
+
+    # -- the store's content: WatchList, or a list -----------------------
+
+    def _fill_store(self) -> _OpenWatch | None:
+        """Replace the store's content with the server's; return the
+        WatchList stream to go on watching with, or None after a list."""
+        if self._use_watch_list:
+            try:
+                return self._watch_list()
+            except _WatchListRefused as e:
+                self.stats.watch_list_fallbacks += 1
+                log.info("%s: WatchList refused (%s); listing instead", self.name, e)
+        self._list()
+        return None
+
+    def _watch_list(self) -> _OpenWatch:
+        # As for a list: see gcpause and heap.
+        with gcpause.paused():
+            opened = self._watch_list_and_replace()
+        heap.release_free_memory()
+        return opened
+
+    def _watch_list_and_replace(self) -> _OpenWatch:
+        while True:
+            if self._stopper.stopped:
+                raise _Stopped()
+            # client-go's rewatchResourceVersion: "" (the newest state, a
+            # consistent read) at first and once the last one is unavailable.
+            rv = "" if self._last_rv_unavailable else self._last_sync_rv
+            started = time.monotonic()
+            try:
+                stream = self._open_watch(rv, send_initial_events=True)
+            except ApiStatusError as e:
+                self._watch_list_failed(e, rv)
+                continue
+            events = iter(stream)
+            try:
+                objects, received, end_rv = self._initial_events(events)
+            except ApiStatusError as e:
+                self._close_watch(stream)
+                self._watch_list_failed(e, rv)
+                continue
+            except BaseException:
+                self._close_watch(stream)
+                raise
+            if self._stopper.stopped:
+                self._close_watch(stream)
+                raise _Stopped()
+            if end_rv is None:
+                self._close_watch(stream)
+                # Wall time on purpose, as in _watch.
+                if received == 0 and time.monotonic() - started < _SHORT_WATCH:
+                    # client-go's VeryShortWatchError, which its watchList
+                    # does not retry: the list is asked instead.
+                    raise _WatchListRefused("the stream ended at once without an event")
+                log.info("%s: WatchList stream ended before its initial events did; asking again", self.name)
+                continue
+            break
+        self._store.replace(list(objects.values()))
+        self._last_sync_rv = end_rv
+        self._last_rv_unavailable = False
+        self.stats.watch_lists += 1
+        self.stats.last_list_items = len(objects)
+        return _OpenWatch(stream, events, started, received)
+
+    def _initial_events(
+        self, events: Iterator[tuple[str, KubeObject]]
+    ) -> tuple[dict[str, KubeObject], int, str | None]:
+        """Collect a WatchList stream's objects up to the bookmark that ends
+        them; return them, how many events came, and that bookmark's
+        resourceVersion (None if the stream ended first).
+
+        The initial ADDED events come in no resourceVersion order, so only
+        that bookmark's version is a place to resume from.
+        """
+        objects: dict[str, KubeObject] = {}
+        transform = self._transform
+        received = 0
+        for etype, obj in events:
+            received += 1
+            if etype == ADDED or etype == MODIFIED:
+                if transform is not None:
+                    obj = transform(obj)
+                objects[meta_namespace_key(obj)] = obj
+            elif etype == DELETED:
+                objects.pop(meta_namespace_key(obj), None)
+            elif etype == BOOKMARK:
+                self.stats.bookmarks += 1
+                if is_initial_events_end(obj):
+                    return objects, received, str(obj["metadata"]["resourceVersion"])
+            elif etype == ERROR:
+                raise ApiStatusError.from_status(obj)
+            else:
+                log.warning("%s: unknown watch event type %r", self.name, etype)
+        return objects, received, None
+
+    def _watch_list_failed(self, e: ApiStatusError, rv: str) -> None:
+        """What a WatchList request from ``rv`` that failed with ``e`` leads
+        to (client-go's watchList): asking again at once for the newest
+        state (returns), backing off before asking again (``e`` raised to
+        ``run``), or a list instead (``_WatchListRefused``)."""
+        if self._stopper.stopped:
+            raise _Stopped()
+        if (e.expired or e.too_large_resource_version) and rv:
+            log.info("%s: WatchList from resourceVersion %r: %s; asking for the newest state", self.name, rv, e)
+            self._last_rv_unavailable = True
+            return
+        if e.code == 429 or e.expired:
+            # An expired newest state is the server's trouble: wait for it.
+            raise e
+        raise _WatchListRefused(str(e)) from e
 
     # -- list ----------------------------------------------------------
 
@@ -288,21 +455,39 @@ class Reflector:
 
     # -- watch ---------------------------------------------------------
 
-    def _watch(self) -> None:
+    def _open_watch(self, rv: str, *, send_initial_events: bool = False) -> WatchStream:
         timeout = int(self._min_watch_timeout * (self._rand() + 1.0))
-        stream = self._lw.watch(resource_version=self._last_sync_rv, timeout_seconds=timeout)
+        stream: WatchStream
+        if send_initial_events:
+            stream = self._lw.watch(resource_version=rv, timeout_seconds=timeout, send_initial_events=True)
+        else:
+            # A lister-watcher that cannot do WatchList may not take the argument.
+            stream = self._lw.watch(resource_version=rv, timeout_seconds=timeout)
         with self._lock:
             self._stream = stream
         if self._stopper.stopped:
-            stream.close()
+            self._close_watch(stream)
             raise _Stopped()
+        return stream
+
+    def _close_watch(self, stream: WatchStream) -> None:
+        with self._lock:
+            self._stream = None
+        stream.close()
+
+    def _watch(self, opened: _OpenWatch | None = None) -> None:
+        """Apply a watch's events until it ends: a new one from the last
+        resourceVersion, or ``opened``, a WatchList stream past its initial events."""
+        if opened is None:
+            stream = self._open_watch(self._last_sync_rv)
+            opened = _OpenWatch(stream, iter(stream), time.monotonic(), 0)
+        stream = opened.stream
         self.stats.watches += 1
-        started = time.monotonic()
-        events = 0
+        events = opened.received
         store = self._store
         transform = self._transform
         try:
-            for etype, obj in stream:
+            for etype, obj in opened.events:
                 if etype == BOOKMARK:
                     self.stats.bookmarks += 1
                 elif etype == ERROR:
@@ -323,12 +508,10 @@ class Reflector:
                 events += 1
                 self._last_sync_rv = obj["metadata"]["resourceVersion"]
         finally:
-            with self._lock:
-                self._stream = None
-            stream.close()
+            self._close_watch(stream)
         if self._stopper.stopped:
             raise _Stopped()
         # Wall time on purpose: this guards the CPU against a server that
         # ends watches at once, it schedules nothing.
-        if events == 0 and time.monotonic() - started < _SHORT_WATCH:
+        if events == 0 and time.monotonic() - opened.started < _SHORT_WATCH:
             raise TransportError("very short watch: ended at once without an event")

@@ -103,7 +103,10 @@ class SharedInformer:
         rand: Callable[[], float] = random.random,
         on_handler_error: HandlerErrorCallback | None = None,
         default_resync_period: float = 0.0,
+        use_watch_list: bool = True,
     ) -> None:
+        """``use_watch_list``: fill the cache from a WatchList stream where
+        the lister-watcher and the server can (see ``reflector``)."""
         self.name = name
         self.default_resync_period = default_resync_period
         self._clock = clock or RealClock()
@@ -122,6 +125,7 @@ class SharedInformer:
             backoff=Backoff(backoff, clock=self._clock, rand=rand),
             clock=self._clock,
             rand=rand,
+            use_watch_list=use_watch_list,
         )
         self._processor = Processor()
         self._on_handler_error = on_handler_error
@@ -155,7 +159,7 @@ class SharedInformer:
         return self.reflector.last_sync_resource_version
 
     def has_synced(self) -> bool:
-        """The first list reached the cache (every item of it applied)."""
+        """The first list (or WatchList's initial events) reached the cache, every item of it applied."""
         return self._fifo.has_synced()
 
     def wait_for_sync(self, timeout: float) -> bool:

@@ -2,7 +2,8 @@
 
 ``FakeListerWatcher`` keeps objects with resourceVersions, an event log
 that can be compacted, paginated lists with continue tokens, and watches
-that block for new events; errors can be queued for the next list or watch.
+that block for new events (with ``watch_list=True`` also WatchList streams);
+errors can be queued for the next list or watch.
 It is a test double for the reflector's seam, not an API server: the
 informers' own tests also run against the real kube-apiserver.
 """
@@ -16,7 +17,18 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from informers.errors import ApiStatusError, TransportError
-from informers.listwatch import ADDED, BOOKMARK, DELETED, ERROR, MODIFIED, ListerWatcher, ListPage, WatchStream
+from informers.listwatch import (
+    ADDED,
+    BOOKMARK,
+    DELETED,
+    ERROR,
+    INITIAL_EVENTS_END,
+    MODIFIED,
+    ListerWatcher,
+    ListPage,
+    WatchStream,
+    supports_watch_list,
+)
 from informers.objects import KubeObject, meta_namespace_key
 from informers.transforms import Transform
 
@@ -32,6 +44,7 @@ class ListCall:
 class WatchCall:
     resource_version: str
     timeout_seconds: int
+    send_initial_events: bool = False
 
 
 @dataclass
@@ -50,13 +63,26 @@ def status(code: int, reason: str = "", message: str = "") -> ApiStatusError:
 
 
 class FakeWatch:
-    def __init__(self, source: FakeListerWatcher, rv: int) -> None:
+    def __init__(
+        self, source: FakeListerWatcher, rv: int, initial: Sequence[tuple[str, KubeObject]] = ()
+    ) -> None:
         self._source = source
         self._rv = rv
+        self._initial = list(initial)
         self._closed = False
 
     def __iter__(self) -> Iterator[tuple[str, KubeObject]]:
         src = self._source
+        while self._initial:
+            # A WatchList stream's initial events, unless the test broke it.
+            with src._cond:
+                if self._closed:
+                    return
+                if src._broken.pop(self, False):
+                    raise TransportError("connection reset (fake)")
+                if src._ended.pop(self, False):
+                    return
+            yield self._initial.pop(0)
         while True:
             with src._cond:
                 while True:
@@ -93,9 +119,15 @@ class FakeWatch:
 
 
 class FakeListerWatcher:
-    """Thread-safe in-memory objects of one resource with RVs and an event log."""
+    """Thread-safe in-memory objects of one resource with RVs and an event log.
 
-    def __init__(self) -> None:
+    With ``watch_list`` it serves WatchList requests: the objects as ADDED
+    events, the bookmark that ends them, then the log from there. Without,
+    it says it cannot (as client-go's fake sources do), so a reflector lists.
+    """
+
+    def __init__(self, *, watch_list: bool = False) -> None:
+        self.supports_watch_list = watch_list
         self._cond = threading.Condition(threading.Lock())
         self._objects: dict[str, KubeObject] = {}
         self._log: list[_Event] = []
@@ -255,15 +287,30 @@ class FakeListerWatcher:
                 page = [transform(copy.deepcopy(o)) for o in page]
             return ListPage(items=page, resource_version=str(rv), continue_token=token)
 
-    def watch(self, *, resource_version: str, timeout_seconds: int) -> FakeWatch:
+    def watch(
+        self, *, resource_version: str, timeout_seconds: int, send_initial_events: bool = False
+    ) -> FakeWatch:
         with self._cond:
-            self.watch_calls.append(WatchCall(resource_version, timeout_seconds))
+            self.watch_calls.append(WatchCall(resource_version, timeout_seconds, send_initial_events))
+            if send_initial_events and not self.supports_watch_list:
+                raise status(422, "Invalid", "sendInitialEvents is forbidden for watch (fake)")
             if self._watch_errors:
                 raise self._watch_errors.popleft()
-            rv = int(resource_version or self._rv)
-            if rv < self._compacted:
-                raise gone()
-            w = FakeWatch(self, rv)
+            initial: list[tuple[str, KubeObject]] = []
+            if send_initial_events:
+                # NotOlderThan: the current state is never older.
+                if resource_version and int(resource_version) > self._rv:
+                    raise status(504, "Timeout", "Too large resource version (fake)")
+                rv = self._rv
+                initial = [(ADDED, copy.deepcopy(o)) for _, o in sorted(self._objects.items())]
+                end = {"kind": "Bookmark", "metadata": {
+                    "resourceVersion": str(rv), "annotations": {INITIAL_EVENTS_END: "true"}}}
+                initial.append((BOOKMARK, end))
+            else:
+                rv = int(resource_version or self._rv)
+                if rv < self._compacted:
+                    raise gone()
+            w = FakeWatch(self, rv, initial)
             self._watches.add(w)
             self._cond.notify_all()
             return w
@@ -310,12 +357,22 @@ class GatedListerWatcher:
             transform=transform,
         )
 
-    def watch(self, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+    @property
+    def supports_watch_list(self) -> bool:
+        return supports_watch_list(self.inner)
+
+    def watch(
+        self, *, resource_version: str, timeout_seconds: int, send_initial_events: bool = False
+    ) -> WatchStream:
         if not self._open.is_set():
             self.waiting.set()
             self._open.wait()
         if self._aborted:
             raise TransportError("aborted at the gate")
+        if send_initial_events:
+            return self.inner.watch(
+                resource_version=resource_version, timeout_seconds=timeout_seconds, send_initial_events=True
+            )
         return self.inner.watch(resource_version=resource_version, timeout_seconds=timeout_seconds)
 
     def abort(self) -> None:
