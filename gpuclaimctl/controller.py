@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -82,11 +82,13 @@ class Controller:
         shutdown_timeout: float = 20.0,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
+        pods = factory.pods()
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
-            default_controller_rate_limiter(), name="gpuclaimctl", metrics_provider=queue_metrics)
+            default_controller_rate_limiter(), name="gpuclaimctl", metrics_provider=queue_metrics,
+            order=lambda key: key_order(key, pods.get))
         self.view = ClusterView(now)
         self.ctx = SyncContext(
-            pods=factory.pods(), claims=factory.gpu_claims(), nodes=factory.nodes(),
+            pods=pods, claims=factory.gpu_claims(), nodes=factory.nodes(),
             classes=factory.gpu_classes(), templates=factory.gpu_claim_templates(),
             pvcs=factory.persistent_volume_claims(), pvs=factory.persistent_volumes(),
             writer=writer, view=self.view, memories=Memories(reject_for=settings.reject_for),
@@ -230,6 +232,21 @@ class Controller:
         return StateSample(claims=claims, allocatable=allocatable, bound=bound)
 
 
+def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str, ...]:
+    """The order keys ready together are handed out in: claim and class
+    keys first (they free GPUs and keep status; each is quick), then pods
+    oldest first (DESIGN §4: where pods compete, the oldest goes first), so
+    a freed GPU reaches the oldest waiting pod that fits before younger
+    ones are looked at. A pod the cache no longer has goes first: its sync
+    does nothing."""
+    if not key.startswith(POD):
+        return ("",)
+    pod = get_pod(*keys.split(key[len(POD):]))
+    if pod is None:
+        return (" ",)
+    return (" ", pod["metadata"].get("creationTimestamp") or "", key)
+
+
 def dispatch(ctx: SyncContext, key: str) -> None:
     """Run the sync a queue key names."""
     if key.startswith(POD):
@@ -261,20 +278,32 @@ class Handlers:
         for c in self.ctx.classes.list():
             self.enqueue_class(c["metadata"]["name"])
 
-    def enqueue_waiting_pods(self, namespace: str | None = None) -> None:
-        """Every gated pod, oldest first, so where pods compete the oldest wins."""
+    def enqueue_waiting_pods(self, namespace: str | None = None,
+                             changed_nodes: Collection[str] | None = None) -> None:
+        """Every gated pod (the queue hands them out oldest first). With
+        `changed_nodes` (GPUs freed there, or the nodes changed), only the
+        pods that could now fit on one of them: a pod that waits for
+        Capacity and needs more than each of them has free is skipped, as
+        nothing it waited for changed; any event of its own, or a resync,
+        still wakes it."""
         pods = self.ctx.pods.by_index(indexes.WAITING_PODS, "")
         if namespace is not None:
             pods = [p for p in pods if p["metadata"].get("namespace") == namespace]
-        pods = sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""),
-                                           p["metadata"].get("namespace", ""),
-                                           p["metadata"]["name"]))
+        free = None if changed_nodes is None else list(self.view.free_on(changed_nodes).values())
+        needs = self.ctx.memories.capacity_needs
         for p in pods:
-            self.queue.add(POD + keys.key_of(p))
+            key = keys.key_of(p)
+            if free is not None:
+                need = needs.get(key)
+                if need is not None and not any(_fits(need, f) for f in free):
+                    continue
+            self.queue.add(POD + key)
 
     def woke(self, change: Change) -> None:
-        if change.freed:
+        if change.freed_anywhere:
             self.enqueue_waiting_pods()
+        elif change.freed_on:
+            self.enqueue_waiting_pods(changed_nodes=change.freed_on)
 
     # -- pods ------------------------------------------------------------------------------
 
@@ -318,6 +347,7 @@ class Handlers:
         self.ctx.memories.deleted_pods[pod["metadata"].get("uid", "")] = True
         self.woke(self.view.delete_pod(pod))
         self.ctx.memories.last_warning.pop(keys.key_of(pod), None)
+        self.ctx.memories.capacity_needs.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
 
     def _enqueue_claims_of_pod(self, pod: Obj) -> None:
@@ -397,7 +427,9 @@ class Handlers:
             return
         for c in self.ctx.claims.by_index(indexes.CLAIMS_BY_NODE, name):
             self.queue.add(CLAIM + keys.key_of(c))
-        self.enqueue_waiting_pods()
+        # Only this node changed: a pod short of room elsewhere can only
+        # fit here now.
+        self.enqueue_waiting_pods(changed_nodes=(name,))
         self.enqueue_classes()
 
     def class_added(self, cls: Obj) -> None:
@@ -459,6 +491,10 @@ def _gated_or_placed(pod: Obj) -> bool:
     """A pod the pod sync cares about: gated by us, or released by us."""
     meta = pod["metadata"]
     return has_gate(pod) or api.PLACED_NODE_ANNOTATION in (meta.get("annotations") or {})
+
+
+def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    return all(free.get(r, 0) >= n for r, n in need.items())
 
 
 def _holds_gpus(claim: Obj) -> bool:

@@ -282,3 +282,103 @@ def test_the_view_equals_a_recount_after_a_story() -> None:
     assert _normalized(s.ctl.view.used()) == _normalized(recount) == {RESOURCE: {"n0": 2, "n1": 2}}
 
 
+
+
+def _fill_and_wait(s: Story, waiting: dict[str, int]) -> None:
+    """n0 (4 GPUs) held by `first`; then the `waiting` pods (name -> GPUs)
+    each synced once, so each waits with Capacity."""
+    s.pod("first", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/first")
+    s.see_all()
+    for name, count in waiting.items():
+        s.pod(name, [{"name": "g", "className": "alpha", "count": count}])
+        s.see_all()
+        s.sync(f"pod:team/{name}")
+        s.see_all()
+    s.ctl.queue.ready.clear()
+
+
+def test_freed_gpus_wake_only_the_waiting_pods_that_could_fit_there() -> None:
+    """Issue 12 item 5: a freed GPU is not a reason to sync every waiting
+    pod; a pod needing more than the freed node now has free stays
+    unqueued (its own events, or a resync, still wake it)."""
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {"big": 8, "small": 2})
+    needs = s.ctl.ctx.memories.capacity_needs
+    assert (needs.get("team/big"), needs.get("team/small")) == ({RESOURCE: 8}, {RESOURCE: 2})
+    # `first` finishes: its claim lets go of it, 4 GPUs free on n0.
+    s.fake.bind_pod(NS, "first", "n0")
+    s.fake.set_pod_phase(NS, "first", "Succeeded")
+    s.see_all()
+    for _ in range(3):  # the claim syncs that drop the reservation
+        for key in [k for k in s.ctl.queue.ready if k.startswith("claim:")]:
+            s.sync(key)
+        s.see_all()
+    assert "pod:team/small" in s.ctl.queue.ready
+    assert "pod:team/big" not in s.ctl.queue.ready
+    s.drain()
+    assert not s.gated("small") and s.gated("big")
+
+
+def test_a_waiting_pod_whose_figures_changed_is_rewritten_at_most_every_refresh() -> None:
+    """Issue 12 item 5: with the same reason, a message whose figures
+    changed ("the most free ... 2" -> "1") costs no status write until
+    WAITING_MESSAGE_REFRESH has passed; a changed reason is written at once."""
+    s = Story(nodes=(4, 2))
+    _fill_and_wait(s, {"second": 4})
+    claim = next(c for c in s.fake.list(CLAIMS).items
+                 if c["metadata"]["ownerReferences"][0]["name"] == "second")
+    said = _waiting_message(claim)
+    assert "2 " in said
+    s.pod("taker", [{"name": "g", "className": "alpha", "count": 1}])
+    s.see_all()
+    s.sync("pod:team/taker")
+    s.see_all()
+    before = s.fake.resource_version
+    s.sync("pod:team/second")
+    assert s.fake.resource_version == before  # no write: only the figure changed
+    s.ctl.ctx.memories.waiting_written.pop(claim["metadata"]["uid"])  # the refresh ran out
+    s.sync("pod:team/second")
+    claim = s.fake.get(CLAIMS, NS, claim["metadata"]["name"])
+    assert claim is not None and _waiting_message(claim) != said
+
+
+def _waiting_message(claim: Obj) -> str:
+    cond = next(c for c in claim["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
+    return str(cond["message"])
+
+
+def test_a_waiting_pod_synced_again_with_nothing_changed_costs_no_write() -> None:
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {"second": 4})
+    before = s.fake.resource_version
+    for _ in range(3):
+        s.sync("pod:team/second")
+    assert s.fake.resource_version == before
+
+
+def test_oldest_first_holds_among_queued_pods_not_only_those_in_workers() -> None:
+    """Issue 10 item 12: the controller's queue hands out claim and class
+    keys first, then pods oldest first, whatever order they were added in;
+    so when GPUs free up, the oldest waiting pod is looked at first."""
+    from gpuclaimctl.controller import key_order
+    from workqueue import RateLimitingQueue, default_controller_rate_limiter
+
+    created = {"young": "2026-11-30T10:00:02Z", "old": "2026-11-30T10:00:00Z",
+               "mid": "2026-11-30T10:00:01Z"}
+
+    def get_pod(_ns: str, name: str) -> Obj | None:
+        return {"metadata": {"creationTimestamp": created[name]}} if name in created else None
+
+    q: RateLimitingQueue[str] = RateLimitingQueue(default_controller_rate_limiter(),
+                                                  order=lambda k: key_order(k, get_pod))
+    try:
+        for key in ["pod:team/young", "pod:team/mid", "claim:team/c", "pod:team/gone",
+                    "pod:team/old", "class:alpha"]:
+            q.add(key)
+        got = [q.get()[0] for _ in range(6)]
+    finally:
+        q.shut_down()
+    assert got == ["claim:team/c", "class:alpha", "pod:team/gone", "pod:team/old", "pod:team/mid",
+                   "pod:team/young"]

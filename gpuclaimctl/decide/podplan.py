@@ -10,7 +10,7 @@ is passed in), no globals; `sync.pods` reads the caches, calls these and
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,7 @@ from gpuclaimctl.model.podclaims import (
     template_owner_name,
     template_owner_uid,
 )
-from gpuclaimctl.model.snapshot import Rejection, UnresolvedClaim, format_time
+from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Rejection, UnresolvedClaim, format_time
 
 Obj = dict[str, Any]
 Lookup = Callable[[str, str], Mapping[str, Any] | None]
@@ -201,3 +201,18 @@ def set_key(pod: Mapping[str, Any], entries: Sequence[ClaimEntry]) -> tuple[str,
     owner = controller_ref(pod)
     who = (owner or {}).get("uid") or f"pod/{meta['name']}"
     return meta["namespace"], who + "|" + ",".join(sorted(e.name for e in entries))
+
+
+def unbound_need(states: Iterable[ClaimState | UnresolvedClaim],
+                 classes: Mapping[str, ClassInfo]) -> dict[str, int] | None:
+    """resource -> GPUs the set's claims not yet bound ask for: the least a
+    node must have free for the set to fit there (a lower bound: the rest of
+    the set may have to move too). None if a claim or its class is unknown."""
+    need: dict[str, int] = {}
+    for s in states:
+        if not isinstance(s, ClaimState) or s.class_name not in classes:
+            return None
+        if not s.bound:
+            r = classes[s.class_name].resource_name
+            need[r] = need.get(r, 0) + s.count
+    return need

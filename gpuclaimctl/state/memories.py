@@ -3,6 +3,7 @@ process keeps a flat memory. Each is thread-safe (LockedCache)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cachetools import LRUCache, TTLCache
@@ -15,6 +16,10 @@ DELETED_PODS_REMEMBERED = 50_000
 # One waiting reason per pod, so it gets one event per change.
 TOLD_REMEMBERED = 100_000
 SET_REJECTIONS_REMEMBERED = 10_000
+# A waiting claim whose reason stays and whose figures change ("the most
+# free on a node: 3") is written at most this often: with a thousand pods
+# waiting, every freed GPU would otherwise cost a thousand status writes.
+WAITING_MESSAGE_REFRESH = 30.0
 
 
 def _set_rejections(reject_for: float) -> LockedCache[tuple[str, str], tuple[Rejection, ...]]:
@@ -28,6 +33,16 @@ class Memories:
         default_factory=lambda: LockedCache(LRUCache(DELETED_PODS_REMEMBERED)))
     # The last waiting reason each pod was warned of (one Warning event per change).
     last_warning: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # What each pod waiting with reason Capacity needs on one node (resource
+    # -> GPUs of its claims not yet bound): GPUs freed on a node with less
+    # than that free cannot let it fit, so they do not wake it (see
+    # controller.Handlers.enqueue_waiting_pods).
+    capacity_needs: LockedCache[str, Mapping[str, int]] = field(
+        default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # Claims (uid) whose Waiting message was written in the last
+    # WAITING_MESSAGE_REFRESH seconds.
+    waiting_written: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
+        TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_MESSAGE_REFRESH)))
     # Rejections of template and inline sets: their claims die with the
     # refused pod, so the rejection lives with the set's identity (the
     # pod's owner and the entries) here, for --reject-for at most.

@@ -36,9 +36,16 @@ Obj = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Change:
-    """What an event did to the view: did it free GPUs (wake waiting pods)?"""
+    """What an event did to the view: where it freed GPUs (wakes waiting
+    pods that may fit there), or that GPUs may be free anywhere (a class
+    change moved usage between resources)."""
 
-    freed: bool = False
+    freed_on: frozenset[str] = frozenset()
+    freed_anywhere: bool = False
+
+    @property
+    def freed(self) -> bool:
+        return self.freed_anywhere or bool(self.freed_on)
 
 
 class ClusterView:
@@ -70,7 +77,7 @@ class ClusterView:
             # Usage first, then in flight: the GPUs are never uncounted.
             self.usage.set_claim(new)
             self.inflight.observe(uid, new["metadata"].get("resourceVersion", ""))
-            return Change(freed=self._less(before, totals))
+            return Change(freed_on=self._less(before, totals))
 
     def delete_claim(self, claim: Obj) -> Change:
         uid = claim["metadata"]["uid"]
@@ -78,7 +85,7 @@ class ClusterView:
             before = self._held_pairs(uid)
             totals = self._totals_at(before)
             self._forget_claim(uid)
-            return Change(freed=self._less(before, totals))
+            return Change(freed_on=self._less(before, totals))
 
     def _forget_claim(self, uid: str) -> None:
         self.usage.delete_claim(uid)
@@ -93,14 +100,14 @@ class ClusterView:
             if old is not None and old["metadata"].get("uid") != new["metadata"].get("uid"):
                 self.usage.delete_pod(old["metadata"]["uid"])
             self.usage.set_pod(new)
-            return Change(freed=self._less(nodes, totals))
+            return Change(freed_on=self._less(nodes, totals))
 
     def delete_pod(self, pod: Obj) -> Change:
         with self.lock:
             nodes = self._pod_pairs(pod, None)
             totals = self._totals_at(nodes)
             self.usage.delete_pod(pod["metadata"]["uid"])
-            return Change(freed=self._less(nodes, totals))
+            return Change(freed_on=self._less(nodes, totals))
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -166,7 +173,7 @@ class ClusterView:
     def _classes_changed(self) -> Change:
         self._cluster = None
         moved = self.usage.set_classes({c.name: c.resource_name for c in self._classes.values()})
-        return Change(freed=moved)
+        return Change(freed_anywhere=moved)
 
     # -- deciding ---------------------------------------------------------------------------
 
@@ -190,6 +197,19 @@ class ClusterView:
     def in_flight(self, claim_uid: str) -> InFlight | None:
         with self.lock:
             return self.inflight.get(claim_uid)
+
+    def free_on(self, node_names: Iterable[str]) -> dict[str, dict[str, int]]:
+        """node -> resource -> GPUs neither used nor in flight, for the
+        nodes known and Ready (an unknown node has nothing free)."""
+        with self.lock:
+            used = self.used()
+            out: dict[str, dict[str, int]] = {}
+            for name in node_names:
+                node = self._nodes.get(name)
+                if node is None or not node.ready or node.unschedulable:
+                    continue
+                out[name] = {r: n - used.get(r, {}).get(name, 0) for r, n in node.allocatable.items()}
+            return out
 
     # -- the fate of a write (pod sync) -----------------------------------------------------
 
@@ -264,9 +284,11 @@ class ClusterView:
         return {(n, r): self.usage.totals.get(r, {}).get(n, 0) + inflight.get(r, {}).get(n, 0)
                 for n, r in pairs}
 
-    def _less(self, pairs: set[tuple[str, str]], before: Mapping[tuple[str, str], int]) -> bool:
+    def _less(self, pairs: set[tuple[str, str]],
+              before: Mapping[tuple[str, str], int]) -> frozenset[str]:
+        """The nodes of `pairs` where fewer GPUs are used than `before`."""
         after = self._totals_at(pairs)
-        return any(after[p] < before[p] for p in pairs)
+        return frozenset(p[0] for p in pairs if after[p] < before[p])
 
 
 class Decider:

@@ -112,9 +112,16 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                              raw[a.claim]["metadata"].get("resourceVersion", ""))
 
     if isinstance(decision, Waiting):
+        need = podplan.unbound_need(states, ctx.view.cluster().classes) \
+            if decision.reason is api.WaitReason.CAPACITY else None
+        if need:
+            ctx.memories.capacity_needs[key] = need
+        else:
+            ctx.memories.capacity_needs.pop(key, None)
         rejections = [r for s in states if isinstance(s, ClaimState) for r in s.rejected]
         _waiting(ctx, pod, decision, raw, rejections)
         return
+    ctx.memories.capacity_needs.pop(key, None)
     sent: set[str] = set()
     try:
         for action in decision.claims:
@@ -224,12 +231,18 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
     for name, wait in decision.claims.items():
         claim = raw.get(name)
         body = None if claim is None else podplan.waiting_claim(claim, wait, now)
-        if body is None:
+        if claim is None or body is None:
             continue
+        uid = claim["metadata"].get("uid", "")
+        said = podplan.waiting_condition(claim) or {}
+        if (said.get("status"), said.get("reason")) == ("True", wait.reason) \
+                and uid in ctx.memories.waiting_written:
+            continue  # only its figures changed, and they were written lately
         try:
             ctx.writer.update_claim_status(body)
         except NotFound:
-            pass
+            continue
+        ctx.memories.waiting_written[uid] = True
     _warn_waiting(ctx, pod, decision.reason, decision.message)
     # A rejection that runs out can let the set fit: look again then. Those
     # kept in memory for template and inline sets count too: their claims
