@@ -92,3 +92,29 @@ class ControllerMetrics:
     def set_state(self, state: Callable[[], StateSample]) -> None:
         """Export the gauges computed by `state` at scrape time (once)."""
         self._registry.register(_StateCollector(state))
+
+
+# What became of an event handed to the recorder (gpuclaimctl.client.events.Outcome).
+EVENT_RESULTS = ("created", "updated", "aggregated", "filtered", "dropped", "failed")
+
+
+class EventMetrics:
+    """gpuclaimctl_events_total{result}: the event recorder's work.
+
+    ``created`` + ``updated`` were sent; ``aggregated`` counts events
+    folded into a combined event (which is then also created or updated).
+    Every result starts at 0, so a rate of drops can be alerted on at once.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.events = Counter(
+            "gpuclaimctl_events_total",
+            "Events by what became of them: created, updated (a repeat's count), aggregated "
+            "(folded into a combined event), filtered (per-object spam filter), dropped (queue "
+            "full, not the leader, or shut down), failed (refused, or no answer after retries).",
+            ["result"], registry=registry)
+        for result in EVENT_RESULTS:
+            self.events.labels(result)
+
+    def inc(self, result: str, amount: int = 1) -> None:
+        self.events.labels(result).inc(amount)

@@ -1,0 +1,577 @@
+"""Events off the sync path: client-go's ``tools/record`` for core/v1 Events.
+
+A sync hands an event to ``EventRecorder.event``, which stamps it, puts it
+on a bounded queue and returns. It never waits for the API server, for a
+token or for a lock held across a request; when the queue is full the event
+is dropped and counted. One sender thread takes the queue in order and, as
+client-go's broadcaster sink does (``record/event.go``):
+
+- correlates the event (``EventCorrelator``, ``record/events_cache.go``):
+  more than ``AGGREGATE_MAX_EVENTS`` distinct messages of the same source,
+  object, type and reason within ``AGGREGATE_INTERVAL`` become one event
+  "(combined from similar events): <msg>"; a repeat of an event already
+  sent becomes a PATCH of its count, lastTimestamp and message instead of a
+  new Event; a per source+object token bucket (burst 25, one token per
+  5 minutes) filters the rest;
+- waits for a token of its own bucket (--event-qps/--event-burst), never
+  the Writer's (--kube-api-qps/--kube-api-burst): events must not spend
+  the placements' write budget;
+- sends it through ``kube.request`` with the Writer's ``WriteFence`` (DESIGN
+  I3): a ``NotLeader`` drops that event silently, and every queued and
+  later one, for good -- a process that lost its Lease never leads again;
+- retries a request that got no answer (12 tries, 10 s apart, the first
+  sleep randomised), but never an answer: the API server refusing an event
+  is final, as in client-go.
+
+``flush(timeout)`` waits for the queue to empty; ``stop(timeout)`` flushes
+for at most ``timeout`` and then drops (and counts) what is still queued.
+
+Differences from client-go, each on purpose: cache keys are tuples, not
+strings joined without a separator; the combined event also carries
+reportingComponent/reportingInstance; the server's answer to a write updates
+the cache entry the write was correlated under (client-go recomputes the
+full key, which for a combined event is a different entry).
+
+Nothing here starts a thread or makes a request until ``start`` is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import random
+import re
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+import urllib3
+from cachetools import LRUCache
+from kubernetes import client
+
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import AlreadyExists, ApiError, NotFound
+from gpuclaimctl.client.fence import NotLeader, WriteFence
+from gpuclaimctl.model.snapshot import format_time
+from workqueue.clock import Clock, RealClock
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+# record/events_cache.go: maxLruCacheEntries, for each of the three caches.
+LRU_SIZE = 4096
+# events_cache.go: more than 10 distinct messages in 10 minutes are combined.
+AGGREGATE_MAX_EVENTS = 10
+AGGREGATE_INTERVAL = 600.0
+AGGREGATE_PREFIX = "(combined from similar events): "
+# events_cache.go: a source may send 25 events about an object, then one
+# every 5 minutes ("the long-tail of events for things always unhealthy").
+SPAM_BURST = 25
+SPAM_QPS = 1.0 / 300.0
+# record/event.go: maxQueuedEvents, maxTriesPerEvent, defaultSleepDuration.
+QUEUE_SIZE = 1000
+MAX_TRIES = 12
+RETRY_SLEEP = 10.0
+# The global budget of every event request (--event-qps/--event-burst): a
+# burst of one object's whole spam allowance, then 5 a second -- 18,000 an
+# hour, more than anyone reads, and a tenth of the default API write budget.
+DEFAULT_QPS = 5.0
+DEFAULT_BURST = 25
+# One event is not worth holding the single sender longer than this.
+REQUEST_TIMEOUT = 10.0
+# The Writer cut messages here before the recorder existed; kept.
+MESSAGE_LIMIT = 1024
+# client-go's util.ValidateEventType.
+EVENT_TYPES = frozenset({"Normal", "Warning"})
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class Outcome(enum.Enum):
+    """What became of an event handed to the recorder (the metric's label).
+
+    ``aggregated`` counts events folded into a combined event; the combined
+    event is then also ``created`` or ``updated``.
+    """
+
+    CREATED = "created"
+    UPDATED = "updated"
+    AGGREGATED = "aggregated"
+    FILTERED = "filtered"   # the per-object spam filter
+    DROPPED = "dropped"     # queue full, not the leader, or stopped
+    FAILED = "failed"       # refused by the API server, or no answer after MAX_TRIES
+
+
+class EventCounter(Protocol):
+    """What the recorder needs of its metrics (``metrics.controller.EventMetrics``)."""
+
+    def inc(self, result: str, amount: int = 1) -> None: ...
+
+
+def event_name(ref_name: str, unix_nanos: int) -> str:
+    """client-go's util.GenerateEventName: ``<name>.<nanos in hex>``, or a
+    UUID when that would not be a valid name (a long object name)."""
+    name = f"{ref_name}.{unix_nanos:x}"
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        return str(uuid.uuid4())
+    return name
+
+
+def make_event(obj: Mapping[str, Any], type_: str, reason: str, message: str, *,
+               component: str, instance: str, now: float) -> Obj:
+    """A core/v1 Event about ``obj`` at wall time ``now`` (count 1), in the
+    object's namespace (``default`` for a cluster-scoped one). Copies only
+    scalars out of ``obj``, which may be a read-only cache object."""
+    m = obj["metadata"]
+    ns = m.get("namespace") or "default"
+    stamp = format_time(datetime.fromtimestamp(now, timezone.utc))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event_name(m["name"], int(now * 1e9)), "namespace": ns},
+        "involvedObject": {
+            "apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+            "name": m["name"], "namespace": m.get("namespace"), "uid": m.get("uid"),
+            "resourceVersion": m.get("resourceVersion"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:MESSAGE_LIMIT],
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+# -- correlation (record/events_cache.go) -------------------------------------------
+
+def _source_and_object(event: Mapping[str, Any]) -> tuple[Any, ...]:
+    src, io = event.get("source") or {}, event.get("involvedObject") or {}
+    return (src.get("component"), src.get("host"), io.get("kind"), io.get("namespace"),
+            io.get("name"), io.get("uid"), io.get("apiVersion"))
+
+
+def event_key(event: Mapping[str, Any]) -> tuple[Any, ...]:
+    """getEventKey: the same event, message included."""
+    return (*_source_and_object(event), (event.get("involvedObject") or {}).get("fieldPath"),
+            event.get("type"), event.get("reason"), event.get("message"))
+
+
+def spam_key(event: Mapping[str, Any]) -> tuple[Any, ...]:
+    """getSpamKey: source and object (and type, as client-go has it)."""
+    return (*_source_and_object(event), event.get("type"))
+
+
+def aggregate_key(event: Mapping[str, Any]) -> tuple[Any, ...]:
+    """EventAggregatorByReasonFunc's aggregate key; its local key is the message."""
+    return (*_source_and_object(event), event.get("type"), event.get("reason"),
+            event.get("reportingComponent"), event.get("reportingInstance"))
+
+
+class PassiveBucket:
+    """A token bucket that is asked, never waited on (flowcontrol's passive
+    limiter): full at first, ``qps`` tokens a second, at most ``burst``."""
+
+    def __init__(self, qps: float, burst: int, now: float) -> None:
+        self._qps, self._burst = qps, float(burst)
+        self._tokens, self._last = float(burst), now
+
+    def try_accept(self, now: float) -> bool:
+        self._tokens = min(self._burst, self._tokens + max(0.0, now - self._last) * self._qps)
+        self._last = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+
+@dataclasses.dataclass
+class _Aggregate:
+    messages: set[str]   # distinct messages seen, never more than AGGREGATE_MAX_EVENTS - 1 kept
+    last: float          # monotonic time of the last similar event
+
+
+@dataclasses.dataclass(frozen=True)
+class _Observation:
+    count: int
+    first_timestamp: str
+    name: str
+    resource_version: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Correlated:
+    """EventCorrelateResult: what to send, and under which cache key.
+
+    ``patch`` is set for a repeat of an event already observed: send it as a
+    PATCH of ``event``'s name, and create ``event`` if that is gone.
+    """
+
+    event: Obj
+    key: tuple[Any, ...]
+    patch: Obj | None = None
+    skip: bool = False
+    aggregated: bool = False
+
+
+class EventCorrelator:
+    """client-go's EventCorrelator: aggregate, then count, then spam-filter.
+
+    Not thread-safe: the recorder's sender thread is its only user. Time
+    comes from ``clock``: ``monotonic`` for intervals and buckets, ``now``
+    for the timestamps and name of a combined event.
+    """
+
+    def __init__(self, clock: Clock, *, cache_size: int = LRU_SIZE,
+                 spam_burst: int = SPAM_BURST, spam_qps: float = SPAM_QPS,
+                 max_events: int = AGGREGATE_MAX_EVENTS,
+                 max_interval: float = AGGREGATE_INTERVAL) -> None:
+        self._clock = clock
+        self._spam_burst, self._spam_qps = spam_burst, spam_qps
+        self._max_events, self._max_interval = max_events, max_interval
+        self._spam: LRUCache[tuple[Any, ...], PassiveBucket] = LRUCache(cache_size)
+        self._aggregates: LRUCache[tuple[Any, ...], _Aggregate] = LRUCache(cache_size)
+        self._observed: LRUCache[tuple[Any, ...], _Observation] = LRUCache(cache_size)
+
+    def correlate(self, event: Obj) -> Correlated:
+        event, key, aggregated = self._aggregate(event)
+        event, patch = self._observe(event, key)
+        if not self._allow(event):
+            return Correlated(event, key, skip=True, aggregated=aggregated)
+        return Correlated(event, key, patch, aggregated=aggregated)
+
+    def update_state(self, key: tuple[Any, ...], answered: Mapping[str, Any]) -> None:
+        """The server's answer to a create or patch correlated under ``key``."""
+        meta = answered.get("metadata") or {}
+        self._observed[key] = _Observation(
+            count=int(answered.get("count") or 1),
+            first_timestamp=str(answered.get("firstTimestamp") or ""),
+            name=str(meta.get("name") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""))
+
+    def _aggregate(self, event: Obj) -> tuple[Obj, tuple[Any, ...], bool]:
+        """EventAggregate: the event itself under its full key, or once too
+        many distinct messages came, a combined event under the group's key."""
+        now = self._clock.monotonic()
+        group = aggregate_key(event)
+        record = self._aggregates.get(group)
+        if record is None or now - record.last > self._max_interval:
+            record = _Aggregate(set(), now)
+        record.messages.add(event.get("message") or "")
+        record.last = now
+        self._aggregates[group] = record
+        if len(record.messages) < self._max_events:
+            return event, event_key(event), False
+        record.messages.pop()  # the set never grows past the threshold
+        wall = self._clock.now()
+        stamp = format_time(datetime.fromtimestamp(wall, timezone.utc))
+        io = event["involvedObject"]
+        combined: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": event_name(io["name"], int(wall * 1e9)),
+                         "namespace": event["metadata"]["namespace"]},
+            "involvedObject": io,
+            "type": event.get("type"),
+            "reason": event.get("reason"),
+            "message": AGGREGATE_PREFIX + (event.get("message") or ""),
+            "source": event.get("source"),
+            "reportingComponent": event.get("reportingComponent"),
+            "reportingInstance": event.get("reportingInstance"),
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        return combined, group, True
+
+    def _observe(self, event: Obj, key: tuple[Any, ...]) -> tuple[Obj, Obj | None]:
+        """eventObserve: a repeat takes the first occurrence's name and
+        firstTimestamp and the next count, and is sent as a patch."""
+        last = self._observed.get(key)
+        patch: Obj | None = None
+        if last is not None and last.count > 0:
+            event = {**event,
+                     "metadata": {**event["metadata"], "name": last.name,
+                                  "resourceVersion": last.resource_version},
+                     "firstTimestamp": last.first_timestamp, "count": last.count + 1}
+            patch = {"count": event["count"], "lastTimestamp": event["lastTimestamp"],
+                     "message": event["message"]}
+        self._observed[key] = _Observation(
+            count=int(event["count"]), first_timestamp=str(event["firstTimestamp"]),
+            name=str(event["metadata"]["name"]),
+            resource_version=str(event["metadata"].get("resourceVersion") or ""))
+        return event, patch
+
+    def _allow(self, event: Obj) -> bool:
+        """EventSourceObjectSpamFilter: one token per event about the object."""
+        now = self._clock.monotonic()
+        key = spam_key(event)
+        bucket = self._spam.get(key)
+        if bucket is None:
+            bucket = PassiveBucket(self._spam_qps, self._spam_burst, now)
+        allowed = bucket.try_accept(now)
+        self._spam[key] = bucket
+        return allowed
+
+
+# -- the recorder (record/event.go) ----------------------------------------------------
+
+
+class EventRecorder:
+    """Bounded queue, one sender thread, correlation, its own budget, fenced.
+
+    Invariants: ``_queue`` never holds more than ``queue_size`` events;
+    once ``_fenced`` or ``_closing`` is set it stays set and nothing more
+    is queued; every event handed to ``event`` ends in exactly one of
+    created, updated, filtered, dropped, failed (``aggregated`` is counted
+    besides).
+    """
+
+    def __init__(self, api_client: client.ApiClient, *, fence: WriteFence | None = None,
+                 component: str = "gpuclaimctl", instance: str | None = None,
+                 qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST,
+                 queue_size: int = QUEUE_SIZE, clock: Clock | None = None,
+                 metrics: EventCounter | None = None,
+                 correlator: EventCorrelator | None = None,
+                 rng: Callable[[], float] = random.random) -> None:
+        if qps <= 0 or burst < 1 or queue_size < 1:
+            raise ValueError("an event recorder needs qps > 0, burst >= 1 and queue_size >= 1")
+        self._api = api_client
+        self._fence = fence.check if fence is not None else None
+        self._component = component
+        self._instance = instance or f"{component}-{uuid.uuid4().hex[:8]}"
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._metrics = metrics
+        self._correlator = correlator if correlator is not None else EventCorrelator(self._clock)
+        self._rng = rng
+        self._qps, self._burst = qps, float(burst)
+        self._queue_size = queue_size
+        # Guards everything below; notified on every change a waiter may wait for.
+        self._cond = threading.Condition()
+        self._queue: deque[Obj] = deque()
+        self._busy = False            # the sender holds an event taken off the queue
+        self._closing = False         # stop() was called: send nothing more
+        self._fenced = False          # the fence refused: send nothing more, ever
+        self._full_drops = 0          # drops since the queue was last found full
+        self._tokens = float(burst)   # the global bucket, refilled on the monotonic clock
+        self._refilled = self._clock.monotonic()
+        self._thread: threading.Thread | None = None
+
+    # -- the sync side ------------------------------------------------------------
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Queue an event about ``obj`` and return at once; never raises for
+        the API server's sake, never blocks on it."""
+        if type_ not in EVENT_TYPES:
+            log.error("unsupported event type %r (reason %s); not recorded", type_, reason)
+            self._count(Outcome.FAILED)
+            return
+        body = make_event(obj, type_, reason, message, component=self._component,
+                          instance=self._instance, now=self._clock.now())
+        with self._cond:
+            if self._closing or self._fenced:
+                dropped = True
+            elif len(self._queue) >= self._queue_size:
+                dropped = True
+                if self._full_drops == 0:
+                    log.warning("event queue full (%d events); dropping events until it drains",
+                                self._queue_size)
+                self._full_drops += 1
+            else:
+                dropped = False
+                if self._full_drops:
+                    log.warning("event queue has room again; %d events were dropped",
+                                self._full_drops)
+                    self._full_drops = 0
+                self._queue.append(body)
+                self._cond.notify_all()
+        if dropped:
+            self._count(Outcome.DROPPED)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the sender thread (once)."""
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="event-recorder", daemon=True)
+        self._thread.start()
+
+    def flush(self, timeout: float | None) -> bool:
+        """Wait until every queued event was sent (or given up), at most
+        ``timeout`` seconds on the recorder's clock; True if it emptied."""
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                if self._thread is None or not self._thread.is_alive():
+                    return False
+                if deadline is not None and self._clock.monotonic() >= deadline:
+                    return False
+                self._clock.wait_until(self._cond, deadline)
+            return True
+
+    def stop(self, timeout: float = 0.0) -> bool:
+        """Flush for at most ``timeout``, then send nothing more: what is still
+        queued is dropped and counted. True if nothing was left unsent."""
+        if timeout > 0:
+            self.flush(timeout)
+        with self._cond:
+            self._closing = True
+            left = len(self._queue)
+            self._queue.clear()
+            nothing_left = left == 0 and not self._busy
+            self._cond.notify_all()
+        if left:
+            log.warning("stopping with %d events unsent; dropped", left)
+            self._count(Outcome.DROPPED, left)
+        return nothing_left
+
+    @property
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    # -- the sender thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._clock.wait_until(self._cond, None)
+                if self._closing:
+                    self._cond.notify_all()
+                    return
+                event = self._queue.popleft()
+                self._busy = True
+            try:
+                self._record(event)
+            except Exception:  # the one sender must outlive any one event
+                log.exception("recording event %s failed", event.get("reason"))
+                self._count(Outcome.FAILED)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _record(self, event: Obj) -> None:
+        """recordToSink: correlate, then send with retries."""
+        result = self._correlator.correlate(event)
+        if result.aggregated:
+            self._count(Outcome.AGGREGATED)
+        if result.skip:
+            self._count(Outcome.FILTERED)
+            return
+        for attempt in range(1, MAX_TRIES + 1):
+            if not self._take_token():
+                self._count(Outcome.DROPPED)
+                return
+            try:
+                outcome = self._send(result)
+            except NotLeader as e:
+                self._fence_closed(str(e))
+                return
+            except AlreadyExists as e:
+                # A create retried after its answer was lost finds itself:
+                # the event is there. Otherwise the name was taken: refused.
+                if attempt == 1:
+                    log.debug("event %s on %s not recorded: %s", event.get("reason"),
+                              _where(event), e)
+                self._count(Outcome.CREATED if attempt > 1 else Outcome.FAILED)
+                return
+            except ApiError as e:
+                quiet = "NamespaceTerminating" in e.causes
+                (log.debug if quiet else log.warning)(
+                    "the API server refused event %s on %s (will not retry): %s",
+                    event.get("reason"), _where(event), e)
+                self._count(Outcome.FAILED)
+                return
+            except (OSError, urllib3.exceptions.HTTPError) as e:  # no answer: try again
+                if attempt == MAX_TRIES:
+                    log.warning("could not record event %s on %s after %d tries: %s",
+                                event.get("reason"), _where(event), MAX_TRIES, e)
+                    self._count(Outcome.FAILED)
+                    return
+                log.info("could not record event %s on %s, will retry: %s",
+                         event.get("reason"), _where(event), e)
+                # Randomise the first sleep so that many clients do not all
+                # come back at once after an API server outage.
+                delay = RETRY_SLEEP * (self._rng() if attempt == 1 else 1.0)
+                if not self._sleep(delay):
+                    self._count(Outcome.DROPPED)
+                    return
+                continue
+            self._count(outcome)
+            return
+
+    def _send(self, result: Correlated) -> Outcome:
+        """recordEvent: patch a repeat (create it if it is gone), else create."""
+        event = result.event
+        ns, name = event["metadata"]["namespace"], event["metadata"]["name"]
+        path = f"/api/v1/namespaces/{ns}/events"
+        answered: Obj | None = None
+        outcome = Outcome.CREATED
+        if result.patch is not None:
+            try:
+                answered = kube.request_json(
+                    self._api, "PATCH", f"{path}/{name}", body=result.patch,
+                    content_type="application/strategic-merge-patch+json",
+                    timeout=REQUEST_TIMEOUT, fence=self._fence)
+                outcome = Outcome.UPDATED
+            except NotFound:
+                answered = None
+        if answered is None:
+            body = {**event, "metadata": {k: v for k, v in event["metadata"].items()
+                                          if k != "resourceVersion"}}
+            answered = kube.request_json(self._api, "POST", path, body=body,
+                                         timeout=REQUEST_TIMEOUT, fence=self._fence)
+        if (answered.get("metadata") or {}).get("name"):
+            self._correlator.update_state(result.key, answered)
+        return outcome
+
+    def _fence_closed(self, why: str) -> None:
+        with self._cond:
+            self._fenced = True
+            left = len(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+        log.debug("no more events: %s", why)
+        self._count(Outcome.DROPPED, 1 + left)
+
+    def _take_token(self) -> bool:
+        """Wait for a token of the recorder's own bucket; False once stopping."""
+        with self._cond:
+            while not self._closing:
+                now = self._clock.monotonic()
+                self._tokens = min(self._burst, self._tokens + (now - self._refilled) * self._qps)
+                self._refilled = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return True
+                self._clock.wait_until(self._cond, now + (1.0 - self._tokens) / self._qps)
+            return False
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep on the recorder's clock; False if stopped meanwhile."""
+        with self._cond:
+            deadline = self._clock.monotonic() + seconds
+            while not self._closing and self._clock.monotonic() < deadline:
+                self._clock.wait_until(self._cond, deadline)
+            return not self._closing
+
+    def _count(self, outcome: Outcome, n: int = 1) -> None:
+        if self._metrics is not None and n > 0:
+            self._metrics.inc(outcome.value, n)
+
+
+def _where(event: Mapping[str, Any]) -> str:
+    io = event.get("involvedObject") or {}
+    return "/".join(p for p in (io.get("kind"), io.get("namespace"), io.get("name")) if p)
