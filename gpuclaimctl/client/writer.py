@@ -22,8 +22,8 @@ result, and the few callers that need the written object get a dict.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes import client
@@ -34,9 +34,9 @@ from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.client.errors import AlreadyExists as AlreadyExists
 from gpuclaimctl.client.errors import Conflict as Conflict
 from gpuclaimctl.client.errors import NotFound as NotFound
+from gpuclaimctl.client.events import EventRecorder, make_event
 from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.model import api
-from gpuclaimctl.model.snapshot import format_time
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,17 @@ class Writer:
 
     def __init__(self, api_client: client.ApiClient, component: str = "gpuclaimctl",
                  *, fence: WriteFence | None = None,
-                 limiter: kube.TokenBucket | None = None) -> None:
+                 limiter: kube.TokenBucket | None = None,
+                 recorder: EventRecorder | None = None) -> None:
         self._api = api_client
         self._component = component
         self._host = uuid.uuid4().hex[:8]
         # Checked by kube.request right before each mutating request is sent.
         self._fence = fence.check if fence is not None else None
         self._limiter = limiter
+        # Events go to it, off the sync path, on its own budget (and the
+        # same fence); without one, `event` sends them itself.
+        self._recorder = recorder
 
     # -- raw calls ----------------------------------------------------------
 
@@ -141,32 +145,21 @@ class Writer:
     # -- events -----------------------------------------------------------------
 
     def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event about obj. Failure to record is logged, not
-        raised -- except `NotLeader`: a refused write is never an API error."""
-        m = obj["metadata"]
-        now = format_time(datetime.now(timezone.utc))
-        ns = m.get("namespace") or "default"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{m['name']}.", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                "name": m["name"], "namespace": m.get("namespace"), "uid": m.get("uid"),
-                "resourceVersion": m.get("resourceVersion"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": self._component},
-            "reportingComponent": self._component,
-            "reportingInstance": f"{self._component}-{self._host}",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        """Record a core/v1 Event about obj.
+
+        With a recorder, hand it over and return at once: the recorder
+        queues it (or drops it when full) and sends it from its own thread,
+        correlated and on its own budget. Without one, POST it now through
+        the Writer's limiter; failure to record is logged, not raised --
+        except `NotLeader`: a refused write is never an API error."""
+        if self._recorder is not None:
+            self._recorder.event(obj, type_, reason, message)
+            return
+        event = make_event(obj, type_, reason, message, component=self._component,
+                           instance=f"{self._component}-{self._host}", now=time.time())
+        ns, name = event["metadata"]["namespace"], obj["metadata"]["name"]
         try:
             kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event,
                          fence=self._fence, limiter=self._limiter)
         except (ApiError, OSError) as e:
-            log.warning("could not record event %s on %s/%s: %s", reason, ns, m["name"], e)
+            log.warning("could not record event %s on %s/%s: %s", reason, ns, name, e)
