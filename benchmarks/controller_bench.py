@@ -1,49 +1,63 @@
-"""Benchmark: how fast the controller releases gated pods, beside a baseline
-that makes the same API writes with no decisions, in the same run.
+"""Benchmark: the controller as a process against kube-scheduler's own pace,
+at its shipped defaults and unthrottled, beside a baseline, and how fast a
+full cluster wakes up, all in one run on one control plane.
 
-    python -m benchmarks.controller_bench [--pods 1000] [--nodes 100] [--workers 8]
-                                          [--gpus-per-node 32] [--rounds 2]
-                                          [--profile cpu|wall]
+    python -m benchmarks.controller_bench [--pods 1000] [--nodes 100] [--gpus-per-node 32]
+        [--scenarios scheduler,defaults,unthrottled,wakeup] [--rounds 2]
+        [--workers 8] [--qps 1000] [--wake-pods 1000] [--wakeups 4] [--profile cpu|wall]
 
 Starts its own control plane (etcd, kube-apiserver, kube-scheduler,
-kube-controller-manager, kwok), installs the CRDs, makes ``--nodes`` kwok GPU
-nodes and one GPUClass, then runs two scenarios, each in a fresh namespace
-on the same nodes:
+kube-controller-manager, kwok), installs the CRDs, makes ``--nodes`` kwok
+nodes of ``--gpus-per-node`` GPUs and one GPUClass. Each scenario runs in a
+fresh namespace on the same nodes, with its own controller process:
 
-- ``controller``: the real controller in this process (``app.build``, its
-  informers, ``controller.run`` with ``--workers`` workers);
-- ``baseline``: the same structure without the product: a pod informer, one
-  rate-limited queue and ``--workers`` workers that, per gated pod, create
-  the same inline claim (the body the controller sends), write its status
-  Bound with ``reservedFor`` on a round-robin node, release the pod in one
-  update of the same shape (gate removed, node pinned, node annotation) and
-  post the same Normal event: the four writes the controller makes, through
-  the same ``Writer`` and client rate limit, with no placement, usage
-  tracking or claim syncs.
+- ``scheduler``: ``--pods`` plain pods (no gate, no claims, the same CPU and
+  memory requests) created as fast as ``--creators`` threads can: how fast
+  kube-scheduler binds with nothing upstream throttling. Its creation→bound
+  rate is what the controller at its defaults is measured against.
+- ``defaults``: ``gpuclaimctl run`` with only ``--kubeconfig`` and loopback
+  endpoints, so every other flag is the shipped default (--workers,
+  --kube-api-qps, --kube-api-burst of gpuclaimctl/cmd/options.py); ``--pods``
+  gated pods, one inline claim each of 1..4 GPUs (seeded).
+- ``unthrottled``: the same with ``--workers`` workers and ``--kube-api-qps``
+  ``--qps`` (burst 2x), paired with ``baseline``: a process of this module
+  with the controller's shape and writes and no decisions (a pod informer,
+  one rate-limited queue, ``--workers`` workers that create the same inline
+  claim, bind it round-robin, release the pod in one update and post the
+  same event, through the same Writer and limit). ``--rounds`` pairs run in
+  ABBA order so drift in what else the machine runs falls on both.
+- ``wakeup``: the defaults controller fills every node (one pod per node
+  asking all its GPUs), then ``--wake-pods`` gated pods of 1..4 GPUs wait
+  with reason Capacity; ``--wakeups`` times GPUs are freed, alternately by
+  deleting a filler pod and its claim and by raising one node's allocatable
+  by 4. Measured: the freeing write to the release of the oldest waiting pod
+  that fits, and the controller's writes for pods still waiting afterwards,
+  against how often their claims' Waiting reason or message changed.
 
-In each, ``--pods`` gated pods with one inline claim each (1..4 GPUs, seeded,
-total below capacity) are created as fast as a pool of ``--creators`` threads
-can. A raw watch on the namespace's pods, in this process, timestamps (ms,
-monotonic clock) the first event that shows each pod without the gate. A
-pod's latency runs from the earlier of its create call returning and its
-ADDED event (creationTimestamp has whole seconds only) to that release.
-Throughput: all releases over first create to last release, and steady state
-(the middle 80 % of releases over the time they took). ``--rounds`` pairs run
-in ABBA order (controller, baseline, baseline, controller, ...) so that drift
-in what else the machine runs falls on both; the ratio is per round and over
-all rounds.
+What is measured, and how:
 
-Nodes have 32 GPUs by default, not 8: 1,000 pods of 1..4 GPUs ask for about
-2,500, more than 100 nodes of 8 hold.
+- a pod's creation is the earlier of its create call returning and its
+  ADDED event (creationTimestamp has whole seconds only); its release and
+  its binding are the first watch event without the gate and with
+  spec.nodeName (the watch runs in this process, timestamps monotonic ms).
+  The watch is started again whenever the server ends it; one that cannot
+  resume lists again and counts what that list alone showed;
+- releases/s: all releases over first create to last release; steady: the
+  middle 80 % of releases over the time they took;
+- CPU ms per pod: the subject process's utime+stime (/proc/<pid>/stat),
+  from the first create until it idles after the last binding;
+- API requests per pod, by verb and resource: the API server's audit log
+  (Metadata level, service accounts only: the subjects run as a
+  cluster-admin service account) filtered by the subject's User-Agent
+  (``gpuclaimctl/<version> ...`` or ``controller-bench-baseline/...``),
+  received from the first create until the subject idled. The all-clients
+  count is the delta of apiserver_request_total around the scenario;
+- load: ``uptime``'s 1/5/15-minute averages when each scenario ended; busy:
+  share of all cores busy during it, whatever ran.
 
-CPU: this process (getrusage), its threads by role (/proc/self/task), and
-each control-plane component (/proc/<pid>/stat); machine: busy share of all
-cores (/proc/stat) and the 1-minute load. The API server's own request
-counters show both scenarios make the same writes. ``--profile`` runs the controller
-scenario again with cProfile on every thread the controller starts and
-prints its hotspots (profiling slows it; its figures are not the result).
-
-Figures are printed; nothing fails on a time.
+Every wait has a timeout; a scenario that runs out says so in its row and
+the run goes on. Figures are printed beside their targets; nothing fails on
+a time.
 """
 
 from __future__ import annotations
@@ -57,438 +71,316 @@ import json
 import os
 import pstats
 import random
-import re
-import resource
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-import orjson
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
-from gpuclaimctl.model import api
-from gpuclaimctl.cmd import app
-from gpuclaimctl.client import kube
-from gpuclaimctl.controlplane import (
-    CONTROLLER_MANAGER,
-    KWOK,
-    KWOK_NODE_ANNOTATION,
-    KWOK_NODE_ANNOTATION_VALUE,
-    SCHEDULER,
-    ControlPlane,
+from benchmarks.benchkit import (
+    CLAIMS,
+    MUTATING,
+    POOL_LABEL,
+    REPO,
+    AuditLog,
+    Request,
+    Watch,
+    all_requests,
+    audited_kubeconfig,
+    by_verb,
+    clean,
+    install_crds,
+    load,
+    machine_ticks,
+    make_namespace,
+    make_nodes,
+    new_client,
+    percentile,
+    poll,
+    post,
+    process_cpu,
+    say,
+    set_node_gpus,
+    wait_idle,
+    wait_until,
 )
-from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.cmd.options import Options
-from gpuclaimctl.model.podclaims import pod_claims, template_claim
-from gpuclaimctl.decide.podplan import bound_claim, released_pod
+from gpuclaimctl.client import kube
 from gpuclaimctl.client.writer import AlreadyExists, Writer
+from gpuclaimctl.cmd import app
+from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.controlplane import CONTROLLER_MANAGER, KWOK, SCHEDULER, ControlPlane
+from gpuclaimctl.decide.podplan import bound_claim, released_pod
+from gpuclaimctl.model import api
+from gpuclaimctl.model.podclaims import has_gate, pod_claims, template_claim
 from informers import PODS, EventHandlerFuncs, SharedInformerFactory
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
 from workqueue import RateLimitingQueue, default_controller_rate_limiter
 
 Obj = dict[str, Any]
-REPO = Path(__file__).resolve().parent.parent
-CLAIMS = f"/apis/{api.GROUP}/{api.VERSION}"
 CLASS = "bench"
-POOL_LABEL = "bench.gpuclaimctl.io/pool"
 ENTRY = "gpu"
-TICKS = os.sysconf("SC_CLK_TCK")
+CONTROLLER_AGENT = "gpuclaimctl/"
+BASELINE_AGENT = "controller-bench-baseline/"
 COMPONENTS = ("etcd", "kube-apiserver", SCHEDULER, CONTROLLER_MANAGER, KWOK)
+SCENARIOS = ("scheduler", "defaults", "unthrottled", "wakeup")
+DEFAULTS = Options()
+# Targets of issue 12, item 7.
+TARGET_RATE_VS_SCHEDULER = 1.0
+TARGET_P99_SECONDS = 15.0
+TARGET_CPU_MS_PER_POD = 2.0
+TARGET_WAKE_SECONDS = 1.0
+# The figure the unthrottled controller had to reach against the baseline.
+OLD_TARGET_VS_BASELINE = 0.80
+# GPUs one node gains in an "allocatable" wake-up: enough for any waiting pod.
+WAKE_EXTRA_GPUS = 4
+# A subject has gone idle when it sent no request for this long.
+QUIET_SECONDS = 3.0
 # Between scenarios the API server should be nearly idle (kwok's heartbeats
 # for 100 nodes cost it a few percent of a core) before the next one starts.
 QUIET_APISERVER_CORES = 0.3
-QUIET_MAX_WAIT = 30.0
+SUBJECT_START_TIMEOUT = 90.0
 
 
-def say(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
+# -- the workload -------------------------------------------------------------------------
 
 
-# -- measuring ---------------------------------------------------------------------
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _stat_ticks(path: str) -> int:
-    """utime + stime of a /proc stat file (fields 14 and 15; comm may hold spaces)."""
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def process_cpu(pid: int) -> float:
-    try:
-        return _stat_ticks(f"/proc/{pid}/stat") / TICKS
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all cores since boot."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # guest time is already counted in user
-    return total - idle, total
-
-
-def _thread_group(name: str) -> str:
-    """A thread's role: its name without the trailing instance number."""
-    return re.sub(r"([-_#]?\d+)+$", "", name) or name
-
-
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds of this process's live threads, summed by role."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    out: dict[str, float] = defaultdict(float)
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            ticks = _stat_ticks(f"/proc/self/task/{tid}/stat")
-        except (OSError, IndexError, ValueError):
-            continue
-        out[_thread_group(names.get(int(tid), "(not Python)"))] += ticks / TICKS
-    return dict(out)
-
-
-@dataclasses.dataclass
-class Meter:
-    """CPU of this process, its threads, the plane's components and the machine over a span."""
-
-    plane: ControlPlane
-    cpu: float = 0.0
-    threads: dict[str, float] = dataclasses.field(default_factory=dict)
-    components: dict[str, float] = dataclasses.field(default_factory=dict)
-    machine: tuple[int, int] = (0, 0)
-    wall: float = 0.0
-
-    def start(self) -> Meter:
-        self.cpu, self.threads = cpu_seconds(), thread_cpu()
-        self.components = {n: process_cpu(p) for n, p in self.plane.running().items()}
-        self.machine, self.wall = machine_ticks(), time.monotonic()
-        return self
-
-    def stop(self) -> Usage:
-        busy, total = machine_ticks()
-        threads = thread_cpu()
-        return Usage(
-            wall=time.monotonic() - self.wall,
-            cpu=cpu_seconds() - self.cpu,
-            threads={k: v - self.threads.get(k, 0.0) for k, v in threads.items()},
-            components={n: process_cpu(p) - self.components.get(n, 0.0)
-                        for n, p in self.plane.running().items()},
-            machine_busy=(busy - self.machine[0]) / max(1, total - self.machine[1]),
-            load1=os.getloadavg()[0],
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    wall: float
-    cpu: float
-    threads: dict[str, float]
-    components: dict[str, float]
-    machine_busy: float  # share of all cores' time that was busy
-    load1: float
-
-
-def wait_quiet(plane: ControlPlane) -> float:
-    """Wait until the API server idles (or QUIET_MAX_WAIT passes); return its last cores in use."""
-    pid = plane.running().get("kube-apiserver")
-    if pid is None:
-        return 0.0
-    deadline = time.monotonic() + QUIET_MAX_WAIT
-    while True:
-        before = process_cpu(pid)
-        time.sleep(1.0)
-        cores = process_cpu(pid) - before
-        if cores < QUIET_APISERVER_CORES or time.monotonic() > deadline:
-            return cores
-
-
-_REQUEST_SAMPLE = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$', re.M)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
-def api_requests(admin: client.ApiClient) -> dict[str, float]:
-    """Requests the API server has served since it started, by verb and resource (all clients)."""
-    text = kube.request(admin, "GET", "/metrics").decode()
-    out: dict[str, float] = defaultdict(float)
-    for labels, value in _REQUEST_SAMPLE.findall(text):
-        m = dict(_LABEL.findall(labels))
-        what = m.get("resource", "") + (f"/{m['subresource']}" if m.get("subresource") else "")
-        out[f"{m.get('verb', '')} {what}"] += float(value)
-    return dict(out)
-
-
-# -- the plane: CRDs, class, nodes --------------------------------------------------
-
-
-def new_client(kubeconfig: str, pool: int) -> client.ApiClient:
-    api_client: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
-    api_client.configuration.connection_pool_maxsize = pool
-    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = pool
-    return api_client
-
-
-def post(api_client: client.ApiClient, path: str, body: Obj) -> None:
-    try:
-        kube.request(api_client, "POST", path, body=body)
-    except kube.ApiError as e:
-        if e.status != 409:
-            raise
-
-
-def install_crds(api_client: client.ApiClient) -> None:
-    names = []
-    for path in sorted((REPO / "deploy" / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                post(api_client, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
-                names.append(doc["metadata"]["name"])
-
-    def established(name: str) -> bool:
-        crd = kube.request_json(api_client, "GET",
-                                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or ())
-
-    poll(lambda: all(established(n) for n in names), 60, "the CRDs to be established")
-
-
-def node_manifest(name: str, gpus: int) -> Obj:
-    # As tests/helpers.gpu_node_manifest makes them: kwok keeps it Ready.
-    allocatable = {"cpu": "32", "memory": "256Gi", "pods": "110", api.DEFAULT_RESOURCE_NAME: str(gpus)}
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name,
-                     "labels": {"kubernetes.io/hostname": name, "type": "kwok", POOL_LABEL: "a"},
-                     "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE}},
-        "spec": {"taints": []},
-        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
-    }
-
-
-def make_nodes(api_client: client.ApiClient, count: int, gpus: int) -> list[str]:
-    names = [f"gpu-node-{i:04d}" for i in range(count)]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: post(api_client, "/api/v1/nodes", node_manifest(n, gpus)), names))
-
-    def ready() -> bool:
-        nodes = kube.request_json(api_client, "GET", "/api/v1/nodes",
-                                  query=[("labelSelector", f"{POOL_LABEL}=a")])["items"]
-        return sum(1 for n in nodes if any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (n.get("status") or {}).get("conditions") or ())) == count
-
-    poll(ready, 180, f"kwok to report {count} nodes Ready")
-    return names
-
-
-def poll(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"controller_bench: timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
-
-
-# -- the workload --------------------------------------------------------------------
-
-
-def demands(pods: int, capacity: int, seed: int) -> list[int]:
+def demands(pods: int, seed: int, capacity: int | None = None) -> list[int]:
     """GPUs per pod, 1..4, seeded; refused if they cannot all fit."""
     rng = random.Random(seed)
     counts = [rng.randint(1, 4) for _ in range(pods)]
-    if sum(counts) > capacity:
+    if capacity is not None and sum(counts) > capacity:
         raise SystemExit(f"controller_bench: {pods} pods ask for {sum(counts)} GPUs but the nodes "
                          f"have {capacity}; raise --gpus-per-node or --nodes")
     return counts
 
 
-def pod_manifest(i: int, namespace: str, gpus: int) -> Obj:
-    return {
+def pod_manifest(name: str, namespace: str, gpus: int | None) -> Obj:
+    """A gated pod with one inline claim of `gpus`, or with None a plain pod."""
+    pod: Obj = {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"train-{i:05d}", "namespace": namespace, "labels": {"app": "train"},
-                     "annotations": {api.CLAIMS_ANNOTATION: json.dumps(
-                         [{"name": ENTRY, "className": CLASS, "count": gpus}])}},
-        "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}],
-                 "terminationGracePeriodSeconds": 0,
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "train"}},
+        "spec": {"terminationGracePeriodSeconds": 0,
                  "containers": [{"name": "main", "image": "registry.example.com/ml/train:v1",
                                  "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
     }
+    if gpus is not None:
+        pod["metadata"]["annotations"] = {api.CLAIMS_ANNOTATION: json.dumps(
+            [{"name": ENTRY, "className": CLASS, "count": gpus}])}
+        pod["spec"]["schedulingGates"] = [{"name": api.SCHEDULING_GATE}]
+    return pod
 
 
-def make_namespace(api_client: client.ApiClient, name: str) -> None:
-    post(api_client, "/api/v1/namespaces", {"metadata": {"name": name}})
-    # kube-controller-manager makes it too, but maybe not before the first pod.
-    post(api_client, f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}})
-
-
-class ReleaseWatch:
-    """Watches one namespace's pods; records when each was first seen and first seen ungated."""
-
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
-        self._api = api_client
-        self._ns = namespace
-        self.seen: dict[str, float] = {}
-        self.released: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._stop = False
-        self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, name="bench-watch", daemon=True)
-
-    def start(self) -> ReleaseWatch:
-        rv = kube.request_json(self._api, "GET", f"/api/v1/namespaces/{self._ns}/pods",
-                               query=[("limit", "1")])["metadata"]["resourceVersion"]
-        cfg = self._api.configuration
-        headers = {"Accept": "application/json"}
-        self._api.update_params_for_auth(headers, [], ["BearerToken"], "", "GET", None)
-        self._resp = self._api.rest_client.pool_manager.request(
-            "GET", f"{cfg.host}/api/v1/namespaces/{self._ns}/pods?watch=true&resourceVersion={rv}"
-                   f"&timeoutSeconds=3600", headers=headers, preload_content=False, timeout=None)
-        if self._resp.status != 200:
-            raise RuntimeError(f"watch {self._ns}: {self._resp.status} {self._resp.read()[:300]!r}")
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        buf = b""
-        try:
-            for chunk in self._resp.stream(65536, decode_content=True):
-                now = time.monotonic()
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if line:
-                        self._event(orjson.loads(line), now)
-        except Exception as e:  # a closed connection at stop ends the loop
-            if not self._stop:
-                say(f"pod watch on {self._ns} ended: {e}")
-
-    def _event(self, event: Obj, now: float) -> None:
-        if event.get("type") not in ("ADDED", "MODIFIED"):
-            return
-        pod = event["object"]
-        name = pod["metadata"]["name"]
-        with self._changed:
-            self.seen.setdefault(name, now)
-            if name not in self.released and not has_gate(pod):
-                self.released[name] = now
-                self._changed.notify_all()
-
-    def wait_released(self, count: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self.released) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, 1.0))
-        return True
-
-    def stop(self) -> None:
-        self._stop = True
-        if self._resp is not None:
-            # shutdown() wakes the reading thread; close() alone would not.
-            self._resp.shutdown()
-            self._resp.close()
-
-
-def create_pods(api_client: client.ApiClient, namespace: str, counts: list[int],
-                creators: int) -> dict[str, float]:
+def create_pods(api_client: client.ApiClient, bodies: list[Obj], creators: int) -> dict[str, float]:
     """Create the pods from `creators` threads; return when each create call returned."""
     returned: dict[str, float] = {}
 
-    def one(i: int) -> None:
-        body = pod_manifest(i, namespace, counts[i])
-        kube.request(api_client, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
+    def one(body: Obj) -> None:
+        kube.request(api_client, "POST", f"/api/v1/namespaces/{body['metadata']['namespace']}/pods",
+                     body=body)
         returned[body["metadata"]["name"]] = time.monotonic()
 
     with ThreadPoolExecutor(creators, thread_name_prefix="bench-create") as pool:
-        list(pool.map(one, range(len(counts))))
+        list(pool.map(one, bodies))
     return returned
 
 
-# -- what runs the pods: the controller, or the baseline ------------------------------
+class PodTimes:
+    """What the pod watch saw: when each pod was first seen, seen ungated,
+    seen bound to a node; and its age as the controller orders pods."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.seen: dict[str, float] = {}
+        self.released: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.node: dict[str, str] = {}
+        self.age: dict[str, tuple[str, str, str]] = {}
+        self.late: set[str] = set()  # first seen released or bound by a relist
+
+    def handle(self, kind: str, pod: Obj, now: float) -> None:
+        if kind == "DELETED":
+            return
+        meta = pod["metadata"]
+        name = meta["name"]
+        with self._cond:
+            self.seen.setdefault(name, now)
+            self.age[name] = (meta.get("creationTimestamp", ""), meta.get("namespace", ""), name)
+            if name not in self.released and not has_gate(pod):
+                self.released[name] = now
+                if kind == "RELISTED":
+                    self.late.add(name)
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and name not in self.bound:
+                self.bound[name] = now
+                self.node[name] = node
+                if kind == "RELISTED":
+                    self.late.add(name)
+            self._cond.notify_all()
+
+    def wait(self, predicate: Callable[[], bool], timeout: float,
+             alive: Callable[[], bool] = lambda: True) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0 or not alive():
+                    return False
+                self._cond.wait(min(left, 0.5))
+        return True
+
+
+# -- what releases the pods ---------------------------------------------------------------
 
 
 class Subject:
-    """What releases the pods in a scenario."""
+    """A process (or, profiled, this one) that releases gated pods."""
 
     name = ""
+    agent = ""
+    pid = 0
+    log: Path | None = None
 
     def start(self) -> None: ...
 
+    def alive(self) -> bool:
+        return True
+
     def stop(self) -> None: ...
 
-    def retries(self) -> float:
-        return 0.0
+    def retries(self) -> float | None:
+        return None
+
+    def tail(self, lines: int = 15) -> str:
+        if self.log is None or not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-class ControllerSubject(Subject):
-    """The real controller, as `gpuclaimctl run` builds it, in this process."""
+def _die_with_parent() -> None:
+    # In the child before exec: the kernel kills it if this process dies.
+    import ctypes
 
-    name = "controller"
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
-    def __init__(self, kubeconfig: str, options: Options, *, profile: str | None = None) -> None:
-        self.options = options
-        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8))
-        self.registry = CollectorRegistry()
-        # Its Writer waits for --kube-api-qps/--kube-api-burst tokens.
-        self.factory, self.controller = app.build(self.api_client, options, self.registry)
-        self.profiles: list[tuple[str, cProfile.Profile]] = []
-        self._profile = profile
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ChildProcess(Subject):
+    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+        self.name, self._argv, self.log, self._log = name, argv, log, log
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> None:
+        with open(self._log, "ab") as out:
+            out.write(f"=== {' '.join(self._argv)}\n".encode())
+            out.flush()
+            self._popen = subprocess.Popen(
+                self._argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                env=dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1"),
+                preexec_fn=_die_with_parent)
+        self.pid = self._popen.pid
+
+    def alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def wait_ready(self, ready: Callable[[], bool]) -> None:
+        if not wait_until(lambda: not self.alive() or ready(), SUBJECT_START_TIMEOUT, 0.2) \
+                or not self.alive():
+            raise RuntimeError(f"{self.name} did not become ready; its log:\n{self.tail()}")
+
+    def stop(self, grace: float = DEFAULTS.shutdown_timeout + 10) -> None:
+        """SIGTERM, then SIGKILL after `grace`; never raises."""
+        p = self._popen
+        if p is None:
+            return
+        try:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(grace)
+                except subprocess.TimeoutExpired:
+                    say(f"{self.name} ignored SIGTERM for {grace:.0f}s; killing it")
+                    p.kill()
+                    p.wait(30)
+        except (OSError, subprocess.SubprocessError) as e:
+            say(f"stopping {self.name}: {e}")
+
+
+class ControllerProcess(ChildProcess):
+    """`gpuclaimctl run --kubeconfig ... <flags>`, endpoints on loopback."""
+
+    agent = CONTROLLER_AGENT
+
+    def __init__(self, name: str, kubeconfig: str, workdir: Path, flags: list[str]) -> None:
+        self.metrics_port, self.health_port = _free_port(), _free_port()
+        # `python -m gpuclaimctl`, as the tests start it: the venv's console
+        # script is only as current as the last `pip install -e .`.
+        super().__init__(name, [sys.executable, "-m", "gpuclaimctl", "run", "--kubeconfig", kubeconfig,
+                                "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
+                                "--health-bind-address", f"127.0.0.1:{self.health_port}", *flags],
+                         workdir / f"{name}.log")
 
     def start(self) -> None:
-        if self._profile:
-            # Every thread started from here on (informers, handlers, queue,
-            # workers) enables its own profiler on its first profiled event.
-            timer = time.thread_time if self._profile == "cpu" else time.perf_counter
+        self.spawn()
+        self.wait_ready(lambda: self._get(self.health_port, "/readyz") is not None)
 
-            def bootstrap(_frame: Any, _event: str, _arg: Any) -> None:
-                p = cProfile.Profile(timer)
-                self.profiles.append((threading.current_thread().name, p))
-                p.enable()
+    @staticmethod
+    def _get(port: int, path: str) -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                return r.read().decode() if r.status == 200 else None
+        except (urllib.error.URLError, OSError):
+            return None
 
-            threading.setprofile(bootstrap)
-        self.factory.start()
-        poll(self.controller.has_synced, 60, "the controller's caches to sync")
-        self._thread = threading.Thread(target=self.controller.run, name="controller-run",
-                                        args=(self.options.workers, self._stop), daemon=True)
-        self._thread.start()
-        if self._profile:
-            # Workers exist once run() started them; later threads are not ours.
-            poll(lambda: len(self.controller._workers) == self.options.workers, 10, "workers")
-            threading.setprofile(None)
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        text = self._get(self.metrics_port, "/metrics") if self.alive() else None
+        for family in text_string_to_metric_families(text or ""):
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                    return float(s.value)
+        return None
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(60)
-        self.factory.shutdown()
-
-    def retries(self) -> float:
-        return self.registry.get_sample_value("workqueue_retries_total", {"name": "gpuclaimctl"}) or 0.0
-
-    def release_histogram(self) -> tuple[float, float]:
-        count = self.registry.get_sample_value("gpuclaimctl_pod_release_seconds_count") or 0.0
-        total = self.registry.get_sample_value("gpuclaimctl_pod_release_seconds_sum") or 0.0
-        return count, total
+    def retries(self) -> float | None:
+        return self.sample("workqueue_retries_total", {"name": "gpuclaimctl"})
 
 
-class BaselineSubject(Subject):
+class BaselineProcess(ChildProcess):
+    """This module with --serve-baseline: BaselineWorkers in a process of its own."""
+
+    agent = BASELINE_AGENT
+
+    def __init__(self, name: str, kubeconfig: str, workdir: Path, workers: int, qps: float) -> None:
+        self.ready_file = workdir / f"{name}.ready"
+        super().__init__(name, [sys.executable, "-m", "benchmarks.controller_bench",
+                                "--serve-baseline", kubeconfig, "--ready-file", str(self.ready_file),
+                                "--workers", str(workers), "--qps", str(qps)],
+                         workdir / f"{name}.log")
+
+    def start(self) -> None:
+        self.ready_file.unlink(missing_ok=True)
+        self.spawn()
+        self.wait_ready(self.ready_file.exists)
+
+
+class BaselineWorkers:
     """The controller's shape and writes without its decisions.
 
     A pod informer and one rate-limited queue feed `workers` threads; a sync
@@ -501,18 +393,15 @@ class BaselineSubject(Subject):
     controller resumes from its cache.
     """
 
-    name = "baseline"
-
-    def __init__(self, kubeconfig: str, options: Options, nodes: list[str]) -> None:
-        self.workers = options.workers
-        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8))
+    def __init__(self, api_client: client.ApiClient, workers: int, qps: float, nodes: list[str]) -> None:
+        self.workers = workers
+        self.api_client = api_client
         self.registry = CollectorRegistry()
-        self.factory = SharedInformerFactory(self.api_client, default_resync_period=options.resync_period)
+        self.factory = SharedInformerFactory(api_client, default_resync_period=0.0)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             default_controller_rate_limiter(), name="baseline",
             metrics_provider=PrometheusWorkqueueMetricsProvider(self.registry))
-        self.writer = Writer(self.api_client,
-                             limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst))
+        self.writer = Writer(api_client, limiter=kube.TokenBucket(qps, int(qps * 2)))
         self.pods = self.factory.pods()
         self._nodes = itertools.cycle(nodes)
         self._nodes_lock = threading.Lock()
@@ -541,9 +430,6 @@ class BaselineSubject(Subject):
         for t in self._threads:
             t.join(30)
         self.factory.shutdown()
-
-    def retries(self) -> float:
-        return self.registry.get_sample_value("workqueue_retries_total", {"name": "baseline"}) or 0.0
 
     def _run_worker(self) -> None:
         while True:
@@ -588,183 +474,626 @@ class BaselineSubject(Subject):
                           f"GPU claims placed on node {node}: round-robin")
 
 
-# -- one scenario ------------------------------------------------------------------------
+def serve_baseline(kubeconfig: str, ready_file: str, workers: int, qps: float) -> None:
+    """The baseline process: run BaselineWorkers until SIGTERM."""
+    api_client = new_client(kubeconfig, max(16, workers * 2 + 8), f"{BASELINE_AGENT}1 {os.getpid()}")
+    nodes = sorted(n["metadata"]["name"] for n in kube.request_json(
+        api_client, "GET", "/api/v1/nodes", query=[("labelSelector", f"{POOL_LABEL}=a")])["items"])
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    workers_ = BaselineWorkers(api_client, workers, qps, nodes)
+    workers_.start()
+    Path(ready_file).write_text("ready\n")
+    done.wait()
+    workers_.stop()
+    retries = workers_.registry.get_sample_value("workqueue_retries_total", {"name": "baseline"})
+    say(f"baseline: stopped; {retries or 0:.0f} retries")
+
+
+class InProcessController(Subject):
+    """The controller as `gpuclaimctl run` builds it, in this process, with
+    cProfile on every thread it starts (for --profile only)."""
+
+    agent = CONTROLLER_AGENT
+
+    def __init__(self, kubeconfig: str, options: Options, clock: str) -> None:
+        self.name, self.pid, self.options = "profiled", os.getpid(), options
+        self.api_client = new_client(kubeconfig, max(16, options.workers * 2 + 8),
+                                     app.user_agent("controller-bench-profiled"))
+        self.factory, self.controller = app.build(self.api_client, options, CollectorRegistry())
+        self.profiles: list[tuple[str, cProfile.Profile]] = []
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        timer = time.thread_time if self._clock == "cpu" else time.perf_counter
+
+        def bootstrap(_frame: Any, _event: str, _arg: Any) -> None:
+            p = cProfile.Profile(timer)
+            self.profiles.append((threading.current_thread().name, p))
+            p.enable()
+
+        # Every thread started from here on (informers, handlers, queue,
+        # workers) enables its own profiler on its first profiled event.
+        threading.setprofile(bootstrap)
+        try:
+            self.factory.start()
+            poll(self.controller.has_synced, 60, "the controller's caches to sync")
+            self._thread = threading.Thread(target=self.controller.run, name="controller-run",
+                                            args=(self.options.workers, self._stop), daemon=True)
+            self._thread.start()
+            poll(lambda: len(self.controller._workers) == self.options.workers, 10, "workers")
+        finally:
+            threading.setprofile(None)  # later threads are not the controller's
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+        self.factory.shutdown()
+
+
+# -- one scenario -------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
     scenario: str
+    gated: bool
     pods: int
     released: int
-    create_seconds: float   # first create sent .. last create returned
-    total_seconds: float    # first create sent .. last release seen
-    steady_rate: float      # releases/s over the middle 80 % of releases
-    latencies: list[float]  # seconds, sorted
-    retries: float
-    usage: Usage
-    requests: dict[str, float]  # served by the API server during the scenario, all clients
-    note: str = ""
+    bound: int
+    create_seconds: float    # first create sent .. last create returned
+    release_seconds: float   # first create sent .. last release seen
+    bound_seconds: float     # first create sent .. last binding seen
+    steady_release: float    # releases/s over the middle 80 % of releases
+    steady_bound: float
+    release_latencies: list[float]  # seconds, sorted
+    bound_latencies: list[float]
+    subject_cpu: float       # seconds, the subject process, first create .. idle
+    requests: dict[str, int]  # the subject's, by "verb resource"
+    conflicts: int           # the subject's requests answered 409
+    all_requests: float      # every client's, apiserver_request_total delta
+    retries: float | None
+    components: dict[str, float]
+    wall: float
+    machine_busy: float
+    load: tuple[float, float, float]
+    notes: tuple[str, ...] = ()
 
     @property
-    def rate(self) -> float:
-        return self.released / self.total_seconds if self.total_seconds > 0 else 0.0
+    def release_rate(self) -> float:
+        return self.released / self.release_seconds if self.release_seconds > 0 else 0.0
 
-    def percentile(self, q: float) -> float:
-        if not self.latencies:
-            return float("nan")
-        # Nearest rank: p99 of 1,000 is the 990th value.
-        rank = max(1, int(-(-q * len(self.latencies) // 100)))
-        return self.latencies[min(rank, len(self.latencies)) - 1]
+    @property
+    def bound_rate(self) -> float:
+        return self.bound / self.bound_seconds if self.bound_seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_pod(self) -> float:
+        return 1000 * self.subject_cpu / self.pods if self.pods else float("nan")
 
 
-def run_scenario(plane: ControlPlane, admin: client.ApiClient, subject: Subject, namespace: str,
-                 counts: list[int], creators: int, timeout: float) -> Result:
-    make_namespace(admin, namespace)
-    watch = ReleaseWatch(admin, namespace).start()
-    subject.start()
-    say(f"{subject.name}: creating {len(counts)} gated pods in {namespace}")
-    meter = Meter(plane).start()
-    requests_before = api_requests(admin)
-    t0 = time.monotonic()
-    returned = create_pods(admin, namespace, counts, creators)
-    create_seconds = time.monotonic() - t0
-    complete = watch.wait_released(len(counts), timeout)
-    usage = meter.stop()
-    requests = {k: v - requests_before.get(k, 0.0) for k, v in api_requests(admin).items()}
-    retries = subject.retries()
-    watch.stop()
-    subject.stop()
-    released = dict(watch.released)
-    seen = dict(watch.seen)
-    note = "" if complete else f"timed out after {timeout:.0f}s"
-    times = sorted(released.values())
-    latencies = sorted(max(0.0, t - min(returned.get(n, t), seen.get(n, t)))
-                       for n, t in released.items())
+def _span(times: list[float], t0: float) -> tuple[float, float]:
+    """(first create .. last event, the middle 80 %'s events per second)."""
+    times = sorted(times)
     total = (times[-1] - t0) if times else 0.0
     steady = 0.0
     if len(times) >= 10:
         lo, hi = times[len(times) // 10], times[len(times) * 9 // 10 - 1]
         steady = (len(times) * 9 // 10 - len(times) // 10 - 1) / (hi - lo) if hi > lo else 0.0
-    return Result(subject.name, len(counts), len(released), create_seconds, total, steady,
-                  latencies, retries, usage, requests, note)
+    return total, steady
 
 
-def clean(admin: client.ApiClient, namespace: str) -> None:
-    """Delete a scenario's pods, claims (finalizers dropped: no controller runs) and namespace."""
-    base = f"{CLAIMS}/namespaces/{namespace}/gpuclaims"
-    claims = kube.request_json(admin, "GET", base)["items"]
+@dataclasses.dataclass
+class Bench:
+    """What every scenario shares."""
 
-    def unfinalize(c: Obj) -> None:
-        try:
-            kube.request(admin, "PATCH", f"{base}/{c['metadata']['name']}",
-                         body={"metadata": {"finalizers": None}},
-                         content_type="application/merge-patch+json")
-        except kube.ApiError as e:
-            if e.status != 404:
-                raise
+    args: argparse.Namespace
+    plane: ControlPlane
+    admin: client.ApiClient
+    kubeconfig: str  # the audited service account's
+    workdir: Path
+    nodes: list[str]
+    audit: AuditLog
+    counts: list[int]
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(unfinalize, claims))
-    kube.request(admin, "DELETE", base)
-    kube.request(admin, "DELETE", f"/api/v1/namespaces/{namespace}/pods",
-                 query=[("gracePeriodSeconds", "0")])
-    kube.request(admin, "DELETE", f"/api/v1/namespaces/{namespace}")
+    def components_cpu(self) -> dict[str, float]:
+        return {n: process_cpu(p) for n, p in self.plane.running().items()}
 
-    def gone() -> bool:
-        try:
-            kube.request(admin, "GET", f"/api/v1/namespaces/{namespace}")
-            return False
-        except kube.ApiError as e:
-            return e.status == 404
+    def wait_quiet(self) -> None:
+        """Until the API server idles (or 30 s pass)."""
+        pid = self.plane.running().get("kube-apiserver")
+        if pid is not None:
+            wait_idle(pid, 30.0, QUIET_APISERVER_CORES)
 
-    poll(gone, 180, f"namespace {namespace} to be deleted")
+
+def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) -> Result:
+    """Create --pods pods (gated with a subject, plain without) and time them.
+
+    A failure (the subject does not start, a request fails) is a note on
+    the result, and the run goes on."""
+    args, admin = bench.args, bench.admin
+    gated = subject is not None
+    n = len(bench.counts)
+    make_namespace(admin, namespace)
+    times = PodTimes()
+    watch = Watch(admin, f"/api/v1/namespaces/{namespace}/pods", times.handle, "pods").start()
+    notes: list[str] = []
+    alive = subject.alive if subject is not None else (lambda: True)
+    pid = subject.pid if subject is not None else 0
+    returned: dict[str, float] = {}
+    create_seconds = cpu = all_delta = 0.0
+    requests: list[Request] = []
+    retries: float | None = None
+    comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
+    t0, t0_wall = time.monotonic(), time.time()
+    try:
+        if subject is not None:
+            subject.start()
+            pid = subject.pid
+            wait_idle(pid, 20.0)  # its caches' first sync is not per-pod work
+        bodies = [pod_manifest(f"train-{i:05d}", namespace, c if gated else None)
+                  for i, c in enumerate(bench.counts)]
+        say(f"{label}: creating {n} {'gated' if gated else 'plain'} pods in {namespace}")
+        cpu0 = process_cpu(pid) if pid else 0.0
+        comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
+        t0, t0_wall = time.monotonic(), time.time()
+        returned = create_pods(admin, bodies, args.creators)
+        create_seconds = time.monotonic() - t0
+        if gated and not times.wait(lambda: len(times.released) >= n, args.timeout, alive):
+            notes.append(f"{len(times.released)}/{n} released within {args.timeout:.0f}s"
+                         + ("" if alive() else "; the subject exited"))
+        # kube-scheduler binds a released pod within moments unless it is overwhelmed.
+        if not times.wait(lambda: len(times.bound) >= (len(times.released) if gated else n),
+                          60.0 if gated else args.timeout, alive):
+            notes.append(f"{len(times.bound)}/{n} bound")
+        if pid and alive() and not wait_idle(pid, 30.0):
+            notes.append("the subject did not idle within 30s")
+        cpu = (process_cpu(pid) - cpu0) if pid else 0.0
+        all_delta = all_requests(admin) - all0
+        if subject is not None:
+            requests = bench.audit.between(subject.agent, t0_wall, time.time())
+            retries = subject.retries()
+    except Exception as e:
+        notes.append(f"failed: {type(e).__name__}: {e}")
+        say(f"{label} failed: {type(e).__name__}: {e}")
+    finally:
+        if subject is not None:
+            if not alive():
+                notes.append(f"{subject.name} exited; log tail:\n{subject.tail()}")
+            subject.stop()
+        watch.stop()
+    busy, total = machine_ticks()
+    end_wall = time.time()
+    comps = {k: v - comps0.get(k, 0.0) for k, v in bench.components_cpu().items()}
+    if watch.relisted or watch.errors:
+        notes.append(f"pod watch: {watch.restarts} restarts, {watch.relists} relists "
+                     f"({len(times.late)} pods first seen done by a relist), errors: "
+                     + "; ".join(watch.errors[-3:]))
+    released, bound = dict(times.released) if gated else {}, dict(times.bound)
+    created = {name: min(returned.get(name, t), t) for name, t in times.seen.items()}
+    release_lat = sorted(max(0.0, t - created[name]) for name, t in released.items())
+    bound_lat = sorted(max(0.0, t - created[name]) for name, t in bound.items())
+    release_seconds, steady_release = _span(list(released.values()), t0)
+    bound_seconds, steady_bound = _span(list(bound.values()), t0)
+    result = Result(
+        label, gated, n, len(released), len(bound), create_seconds, release_seconds,
+        bound_seconds, steady_release, steady_bound, release_lat, bound_lat, cpu, by_verb(requests),
+        sum(1 for r in requests if r.code == 409), all_delta, retries, comps, end_wall - t0_wall,
+        (busy - machine0[0]) / max(1, total - machine0[1]), load(), tuple(notes))
+    say(f"{label}: {len(released)} released, {len(bound)} bound; cleaning up")
+    if not clean(admin, namespace):
+        say(f"{label}: namespace {namespace} was not gone within 180s")
+    bench.wait_quiet()
+    return result
+
+
+# -- the wake-up scenario -----------------------------------------------------------------
+
+
+class ClaimLog:
+    """Each claim's Waiting condition, version by version, as the watch saw them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.versions: dict[str, list[tuple[float, tuple[str, str, str]]]] = defaultdict(list)
+        self.owner: dict[str, str] = {}
+
+    def handle(self, kind: str, claim: Obj, now: float) -> None:
+        if kind == "DELETED":
+            return
+        name = claim["metadata"]["name"]
+        c: Obj = next((c for c in (claim.get("status") or {}).get("conditions") or ()
+                       if c.get("type") == api.CONDITION_WAITING), {})
+        said = (str(c.get("status", "")), str(c.get("reason", "")), str(c.get("message", "")))
+        with self._cond:
+            for ref in claim["metadata"].get("ownerReferences") or ():
+                if ref.get("kind") == "Pod":
+                    self.owner[name] = ref["name"]
+            v = self.versions[name]
+            if not v or v[-1][1] != said:
+                v.append((now, said))
+            self._cond.notify_all()
+
+    def said(self, name: str) -> tuple[str, str, str] | None:
+        with self._cond:
+            v = self.versions.get(name)
+            return v[-1][1] if v else None
+
+    def changes(self, name: str, start: float, end: float) -> tuple[int, int]:
+        """(changes of the condition, of its status or reason) seen in [start, end]."""
+        with self._cond:
+            v = list(self.versions.get(name, ()))
+        changed = [i for i, (t, _) in enumerate(v) if i > 0 and start <= t <= end]
+        return len(changed), sum(1 for i in changed if v[i][1][:2] != v[i - 1][1][:2])
+
+
+class EventLog:
+    """The controller's events per pod, with when the watch saw them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seen: dict[str, tuple[float, str, str]] = {}  # event name -> (time, pod, reason)
+
+    def handle(self, kind: str, event: Obj, now: float) -> None:
+        if kind == "DELETED" or (event.get("source") or {}).get("component") != "gpuclaimctl":
+            return
+        with self._lock:
+            self.seen.setdefault(event["metadata"]["name"],
+                                 (now, (event.get("involvedObject") or {}).get("name", ""),
+                                  str(event.get("reason", ""))))
+
+    def between(self, start: float, end: float) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(pod, reason) for t, pod, reason in self.seen.values() if start <= t <= end]
+
+
+@dataclasses.dataclass(frozen=True)
+class Wake:
+    how: str
+    freed: int
+    target: str
+    target_gpus: int
+    latency: float | None   # freeing write .. target seen released
+    first: str              # the first waiting pod seen released after the write
+    first_latency: float | None
+    released: int           # waiting pods released in the window
+    waiting: int            # still waiting at its end
+    window: float           # freeing write .. the controller quiet
+    writes: dict[str, int]  # the controller's writes in the window for pods still waiting
+    changes: int            # of those pods' claims' Waiting condition
+    wasted: int             # writes beyond those changes (claim status, pod, event)
+    requests: dict[str, int]  # every request of the controller in the window
+    load: tuple[float, float, float]
+    notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class WakeupResult:
+    fillers: int
+    waiting: int
+    setup_notes: tuple[str, ...]
+    wakes: list[Wake]
+
+
+def run_wakeup(bench: Bench, namespace: str = "bench-wakeup") -> WakeupResult:
+    args, admin = bench.args, bench.admin
+    make_namespace(admin, namespace)
+    times, claims, events = PodTimes(), ClaimLog(), EventLog()
+    watches = [Watch(admin, f"/api/v1/namespaces/{namespace}/pods", times.handle, "pods").start(),
+               Watch(admin, f"{CLAIMS}/namespaces/{namespace}/gpuclaims", claims.handle, "claims").start(),
+               Watch(admin, f"/api/v1/namespaces/{namespace}/events", events.handle, "events").start()]
+    subject = ControllerProcess("wakeup", bench.kubeconfig, bench.workdir, [])
+    fillers = [f"fill-{i:04d}" for i in range(len(bench.nodes))]
+    counts = demands(args.wake_pods, args.seed + 1)
+    waiting_pods = [f"train-{i:05d}" for i in range(len(counts))]
+    gpus = dict(zip(waiting_pods, counts))
+    raised: list[str] = []
+    notes: list[str] = []
+    wakes: list[Wake] = []
+    try:
+        subject.start()
+        say(f"wakeup: filling {len(fillers)} nodes, one {args.gpus_per_node}-GPU pod each")
+        create_pods(admin, [pod_manifest(f, namespace, args.gpus_per_node) for f in fillers],
+                    args.creators)
+        if not times.wait(lambda: all(f in times.bound for f in fillers), args.timeout, subject.alive):
+            raise RuntimeError(f"{sum(f in times.bound for f in fillers)}/{len(fillers)} filler pods "
+                               f"bound within {args.timeout:.0f}s")
+        say(f"wakeup: {len(waiting_pods)} gated pods that must wait for capacity")
+        create_pods(admin, [pod_manifest(p, namespace, gpus[p]) for p in waiting_pods], args.creators)
+
+        def all_wait() -> bool:
+            return all((claims.said(f"{p}-{ENTRY}") or ("", ""))[:2] == ("True", api.WaitReason.CAPACITY)
+                       for p in waiting_pods)
+
+        if not wait_until(all_wait, args.timeout, 0.5):
+            notes.append(f"not every waiting pod's claim said Waiting/Capacity within {args.timeout:.0f}s")
+        early = [p for p in waiting_pods if p in times.released]
+        if early:
+            notes.append(f"{len(early)} pods meant to wait were released: {', '.join(early[:5])}")
+        bench.audit.wait_quiet(CONTROLLER_AGENT, QUIET_SECONDS, 120.0, subject.alive)
+        for i in range(args.wakeups):
+            if not subject.alive():
+                notes.append(f"the controller exited; log tail:\n{subject.tail()}")
+                break
+            wakes.append(_wake(bench, i, namespace, subject, times, claims, events, fillers,
+                               waiting_pods, gpus, raised))
+    except Exception as e:
+        notes.append(f"{type(e).__name__}: {e}")
+        say(f"wakeup failed: {type(e).__name__}: {e}")
+    finally:
+        subject.stop()
+        for w in watches:
+            w.stop()
+    for w in watches:
+        if w.relisted or w.errors:
+            notes.append(f"{w.name} watch: {w.restarts} restarts, {w.relists} relists, errors: "
+                         + "; ".join(w.errors[-3:]))
+    for node in raised:
+        set_node_gpus(admin, node, args.gpus_per_node)
+    if not clean(admin, namespace):
+        say(f"wakeup: namespace {namespace} was not gone within 180s")
+    bench.wait_quiet()
+    return WakeupResult(len(fillers), len(waiting_pods), tuple(notes), wakes)
+
+
+def _wake(bench: Bench, i: int, namespace: str, subject: ControllerProcess, times: PodTimes,
+          claims: ClaimLog, events: EventLog, fillers: list[str], waiting_pods: list[str],
+          gpus: dict[str, int], raised: list[str]) -> Wake:
+    """Free GPUs once, by deleting a filler (even i) or raising a node (odd i)."""
+    admin, args = bench.admin, bench.args
+    waiting = [p for p in waiting_pods if p not in times.released]
+    notes: list[str] = []
+    if i % 2 == 0:
+        victim = fillers[i // 2]
+        node, freed = times.node.get(victim, "?"), args.gpus_per_node
+        how = f"delete pod {victim} and its claim ({node})"
+    else:
+        node = next(n for n in reversed(bench.nodes) if n not in raised)
+        freed = WAKE_EXTRA_GPUS
+        how = f"raise {node} allocatable by {freed}"
+    fits = [p for p in waiting if gpus[p] <= freed]
+    target = min(fits, key=lambda p: times.age[p]) if fits else ""
+    t_free, t_free_wall = time.monotonic(), time.time()
+    if i % 2 == 0:
+        kube.request(admin, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{victim}",
+                     query=[("gracePeriodSeconds", "0")])
+        kube.request(admin, "DELETE", f"{CLAIMS}/namespaces/{namespace}/gpuclaims/{victim}-{ENTRY}")
+    else:
+        set_node_gpus(admin, node, args.gpus_per_node + freed)
+        raised.append(node)
+    say(f"wakeup {i + 1}: {how}; oldest waiting pod that fits: {target}")
+    done = times.wait(lambda: target in times.released, args.wake_timeout, subject.alive)
+    if not done:
+        notes.append(f"{target} not released within {args.wake_timeout:.0f}s")
+    bench.audit.wait_quiet(CONTROLLER_AGENT, QUIET_SECONDS, 60.0, subject.alive)
+    t_end, t_end_wall = time.monotonic(), time.time()
+    after = sorted((t, p) for p in waiting if (t := times.released.get(p)) is not None and t >= t_free)
+    still = {p for p in waiting if p not in times.released}
+    requests = bench.audit.between(CONTROLLER_AGENT, t_free_wall, t_end_wall)
+
+    def pod_of(r: Request) -> str:
+        if r.resource.startswith("pods"):
+            return r.name
+        if r.resource.startswith("gpuclaims"):
+            return claims.owner.get(r.name) or r.name.removesuffix(f"-{ENTRY}")
+        return ""
+
+    theirs = [r for r in requests if r.verb in MUTATING and pod_of(r) in still]
+    their_events = [(p, reason) for p, reason in events.between(t_free, t_end) if p in still]
+    writes = by_verb(theirs)
+    if their_events:
+        writes["create events (watched)"] = len(their_events)
+    changes = reason_changes = 0
+    for p in still:
+        c, r = claims.changes(f"{p}-{ENTRY}", t_free, t_end)
+        changes, reason_changes = changes + c, reason_changes + r
+    claim_writes = sum(1 for r in theirs if r.resource == "gpuclaims/status")
+    wasted = (max(0, claim_writes - changes) + sum(1 for r in theirs if r.resource.startswith("pods"))
+              + max(0, len(their_events) - reason_changes))
+    if i % 2 == 1:
+        now = kube.request_json(admin, "GET", f"/api/v1/nodes/{node}")["status"]["allocatable"]
+        if now.get(api.DEFAULT_RESOURCE_NAME) != str(args.gpus_per_node + freed):
+            notes.append(f"{node}'s allocatable went back to {now.get(api.DEFAULT_RESOURCE_NAME)}")
+    return Wake(how, freed, target, gpus.get(target, 0),
+                (times.released[target] - t_free) if done else None,
+                after[0][1] if after else "", (after[0][0] - t_free) if after else None,
+                len(after), len(still), t_end - t_free, writes, changes, wasted,
+                by_verb(requests), load(), tuple(notes))
 
 
 # -- report -------------------------------------------------------------------------------
 
 
+def _ms(seconds: float) -> str:
+    return "-" if seconds != seconds else f"{seconds * 1000:.0f}"
+
+
+def _load(la: tuple[float, float, float]) -> str:
+    return "/".join(f"{x:.2f}" for x in la)
+
+
 def combined(name: str, runs: list[Result]) -> Result:
-    """Runs of one scenario as one: all releases over all their time, latencies pooled."""
-    total = sum(r.total_seconds for r in runs)
-    steady = [r.steady_rate for r in runs if r.steady_rate > 0]
+    """Runs of one scenario as one: all events over all their time, latencies pooled."""
+    def mean(xs: list[float]) -> float:
+        xs = [x for x in xs if x > 0]
+        return sum(xs) / len(xs) if xs else 0.0
+
+    requests: dict[str, int] = defaultdict(int)
+    for r in runs:
+        for k, v in r.requests.items():
+            requests[k] += v
+    wall = sum(r.wall for r in runs)
     return Result(
-        name, sum(r.pods for r in runs), sum(r.released for r in runs),
-        sum(r.create_seconds for r in runs), total,
-        sum(steady) / len(steady) if steady else 0.0,
-        sorted(x for r in runs for x in r.latencies), sum(r.retries for r in runs),
-        Usage(wall=sum(r.usage.wall for r in runs), cpu=sum(r.usage.cpu for r in runs),
-              threads={}, components={},
-              machine_busy=sum(r.usage.machine_busy * r.usage.wall for r in runs)
-              / max(1e-9, sum(r.usage.wall for r in runs)),
-              load1=sum(r.usage.load1 for r in runs) / len(runs)),
-        {}, "")
+        name, runs[0].gated, sum(r.pods for r in runs), sum(r.released for r in runs),
+        sum(r.bound for r in runs), sum(r.create_seconds for r in runs),
+        sum(r.release_seconds for r in runs), sum(r.bound_seconds for r in runs),
+        mean([r.steady_release for r in runs]), mean([r.steady_bound for r in runs]),
+        sorted(x for r in runs for x in r.release_latencies),
+        sorted(x for r in runs for x in r.bound_latencies),
+        sum(r.subject_cpu for r in runs), dict(requests), sum(r.conflicts for r in runs),
+        sum(r.all_requests for r in runs), None, {}, wall,
+        sum(r.machine_busy * r.wall for r in runs) / max(wall, 1e-9), runs[-1].load)
 
 
-def report(args: argparse.Namespace, results: list[Result], counts: list[int]) -> None:
+def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult | None,
+           counts: list[int]) -> None:
     print()
-    print(f"controller_bench: {args.pods} gated pods (one inline claim each, "
-          f"{sum(counts)} GPUs asked) over {args.nodes} kwok nodes x {args.gpus_per_node} GPUs, "
-          f"{args.workers} workers, {args.creators} creating threads, client limit "
-          f"{args.qps:g} qps; {os.cpu_count()} cores; {args.rounds} round(s), "
-          "baseline and controller alternating (ABBA)")
-    head = (f"{'scenario':<14} {'pods':>5} {'released':>8} {'rel/s':>7} {'steady/s':>8} "
-            f"{'p50 ms':>7} {'p99 ms':>7} {'ratio':>6} {'create s':>8} {'retries':>7} "
-            f"{'CPU s':>6} {'busy':>5} {'load1':>5}")
+    print(f"controller_bench: {args.pods} pods (gated ones: one inline claim each, {sum(counts)} GPUs "
+          f"asked) over {args.nodes} kwok nodes x {args.gpus_per_node} GPUs; {args.creators} creating "
+          f"threads; {os.cpu_count()} cores")
+    print(f"  defaults: gpuclaimctl run with shipped defaults (--workers {DEFAULTS.workers} "
+          f"--kube-api-qps {DEFAULTS.kube_api_qps:g} --kube-api-burst {DEFAULTS.kube_api_burst}); "
+          f"unthrottled: --workers {args.workers} --kube-api-qps {args.qps:g} --kube-api-burst "
+          f"{int(args.qps * 2)}; baseline: no decisions, same workers and limit")
+    head = (f"{'scenario':<16} {'pods':>5} {'rel':>5} {'bound':>5} {'rel/s':>6} {'steady':>6} "
+            f"{'bound/s':>7} {'rel p50':>7} {'rel p99':>7} {'bnd p50':>7} {'bnd p99':>7} "
+            f"{'create s':>8} {'CPU ms/pod':>10} {'409s':>5} {'busy':>5}  load 1/5/15")
     print(head)
     print("-" * len(head))
 
-    def row(label: str, r: Result, base: Result | None) -> None:
-        ratio = f"{r.rate / base.rate:.2f}x" if base is not None and base.rate > 0 else "-"
-        print(f"{label:<14} {r.pods:>5} {r.released:>8} {r.rate:>7.1f} {r.steady_rate:>8.1f} "
-              f"{r.percentile(50) * 1000:>7.0f} {r.percentile(99) * 1000:>7.0f} {ratio:>6} "
-              f"{r.create_seconds:>8.1f} {r.retries:>7.0f} {r.usage.cpu:>6.1f} "
-              f"{r.usage.machine_busy:>5.0%} {r.usage.load1:>5.2f}"
-              + (f"  ({r.note})" if r.note else ""))
+    def row(r: Result) -> None:
+        g = r.gated
+        print(f"{r.scenario:<16} {r.pods:>5} {r.released if g else '-':>5} {r.bound:>5} "
+              f"{f'{r.release_rate:.1f}' if g else '-':>6} "
+              f"{f'{r.steady_release:.1f}' if g else f'{r.steady_bound:.1f}':>6} {r.bound_rate:>7.1f} "
+              f"{_ms(percentile(r.release_latencies, 50)) if g else '-':>7} "
+              f"{_ms(percentile(r.release_latencies, 99)) if g else '-':>7} "
+              f"{_ms(percentile(r.bound_latencies, 50)):>7} {_ms(percentile(r.bound_latencies, 99)):>7} "
+              f"{r.create_seconds:>8.1f} {f'{r.cpu_ms_per_pod:.2f}' if g else '-':>10} "
+              f"{r.conflicts if g else '-':>5} {r.machine_busy:>5.0%}  {_load(r.load)}")
+        for note in r.notes:
+            print(f"    ({note})")
 
-    for rnd in range(args.rounds):
-        runs = [r for i, r in enumerate(results) if i // 2 == rnd]
-        base = next((r for r in runs if r.scenario == "baseline"), None)
-        for r in runs:
-            row(f"{r.scenario} #{rnd + 1}", r, base)
-    if args.rounds > 1:
+    for r in results:
+        row(r)
+    pairs = [r for r in results if r.scenario.startswith(("unthrottled", "baseline"))]
+    if args.rounds > 1 and pairs:
         print("-" * len(head))
-        base_all = combined("baseline", [r for r in results if r.scenario == "baseline"])
-        ctl_all = combined("controller", [r for r in results if r.scenario == "controller"])
-        row("controller all", ctl_all, base_all)
-        row("baseline all", base_all, base_all)
-    print("rel/s: releases from the first create to the last release; steady/s: the middle 80 %;")
-    print("p50/p99: pod created -> seen released; ratio: releases/s / the baseline's of the same "
-          "round (target for the controller: >= 0.80x);")
-    print("CPU s: this process (creating threads and the pod watch included); busy: share of all "
-          "cores busy during the scenario (other work on the machine included)")
+        for name in ("unthrottled", "baseline"):
+            runs = [r for r in results if r.scenario.startswith(name + " ")]
+            if runs:
+                row(combined(f"{name} all", runs))
+    print("rel/s: releases, first create to last release; steady: releases/s (bindings/s for plain pods)")
+    print("over the middle 80 %; rel/bnd p50/p99: ms from creation to release / to binding by "
+          "kube-scheduler;")
+    print("CPU ms/pod: the subject process, first create until it idled; 409s: its requests answered "
+          "Conflict;")
+    print("busy: all cores, whatever ran; load: uptime's averages when the scenario ended")
+    subjects = [r for r in results if r.gated]
+    if subjects:
+        print()
+        print("API requests per pod of the subject, by verb and resource (audit log, the subject's "
+              "User-Agent, first create until it idled):")
+        kinds = sorted({k for r in subjects for k in r.requests}, key=lambda k: (k.split(" ", 1)[1], k))
+        print(f"  {'':<34}" + "".join(f"{r.scenario[:14]:>15}" for r in subjects))
+        for k in kinds:
+            print(f"  {k[:34]:<34}" + "".join(f"{r.requests.get(k, 0) / r.pods:>15.2f}" for r in subjects))
+        print(f"  {'all of the subject':<34}"
+              + "".join(f"{sum(r.requests.values()) / r.pods:>15.2f}" for r in subjects))
+        print(f"  {'writes of the subject':<34}" + "".join(
+            f"{sum(v for k, v in r.requests.items() if k.split()[0] in MUTATING) / r.pods:>15.2f}"
+            for r in subjects))
+        print(f"  {'every client (request_total)':<34}"
+              + "".join(f"{r.all_requests / r.pods:>15.2f}" for r in subjects))
     print()
-    print("CPU seconds during each scenario, by process and by thread role of this process:")
-    names = sorted({k for r in results for k in r.usage.components}, key=COMPONENTS.index)
-    groups = sorted({k for r in results for k, v in r.usage.threads.items() if v >= 0.1},
-                    key=lambda g: -max(r.usage.threads.get(g, 0.0) for r in results))
-    labels = [f"{r.scenario[:4]} #{i // 2 + 1}" for i, r in enumerate(results)]
-    print(f"  {'':<36}" + "".join(f"{x:>10}" for x in labels))
+    print("CPU seconds during each scenario, by process:")
+    labels = [r.scenario[:14] for r in results]
+    print(f"  {'':<24}" + "".join(f"{x:>15}" for x in labels))
+    names = sorted({k for r in results for k in r.components}, key=COMPONENTS.index)
     for n in names:
-        print(f"  {n:<36}" + "".join(f"{r.usage.components.get(n, 0.0):>10.1f}" for r in results))
-    print(f"  {'this process':<36}" + "".join(f"{r.usage.cpu:>10.1f}" for r in results))
-    for g in groups:
-        print(f"    {g[:34]:<34}" + "".join(f"{r.usage.threads.get(g, 0.0):>10.1f}" for r in results))
-    print(f"  {'wall seconds':<36}" + "".join(f"{r.usage.wall:>10.1f}" for r in results))
+        print(f"  {n:<24}" + "".join(f"{r.components.get(n, 0.0):>15.1f}" for r in results))
+    print(f"  {'the subject':<24}" + "".join(f"{r.subject_cpu:>15.1f}" for r in results))
+    print(f"  {'wall seconds':<24}" + "".join(f"{r.wall:>15.1f}" for r in results))
+    if wakeup is not None:
+        report_wakeup(args, wakeup)
+    report_targets(args, results, wakeup)
+
+
+def report_wakeup(args: argparse.Namespace, w: WakeupResult) -> None:
     print()
-    print("API requests served during each scenario (every client: this process, scheduler, kwok, "
-          "controller-manager):")
-    kinds = sorted((k for k in {k for r in results for k in r.requests}
-                    if max(r.requests.get(k, 0.0) for r in results) >= 5),
-                   key=lambda k: (k.split(" ", 1)[1], k))
-    print(f"  {'':<36}" + "".join(f"{x:>10}" for x in labels))
-    for k in kinds:
-        print(f"  {k[:36]:<36}" + "".join(f"{r.requests.get(k, 0.0):>10.0f}" for r in results))
+    print(f"wake-up: {w.fillers} nodes full (one {args.gpus_per_node}-GPU filler pod each), "
+          f"{w.waiting} gated pods waiting (reason Capacity), the controller at shipped defaults")
+    for note in w.setup_notes:
+        print(f"    ({note})")
+    for i, k in enumerate(w.wakes):
+        lat = f"{k.latency * 1000:.0f} ms" if k.latency is not None else "never"
+        first = (f"{k.first} after {k.first_latency * 1000:.0f} ms" if k.first_latency is not None
+                 else "none")
+        print(f"  #{i + 1} {k.how}: {k.freed} GPUs free; oldest waiting pod that fits {k.target} "
+              f"({k.target_gpus} GPUs) released after {lat}; first released: {first}")
+        print(f"     window {k.window:.1f}s (until the controller sent nothing for {QUIET_SECONDS:g}s): "
+              f"{k.released} released, {k.waiting} still waiting; load {_load(k.load)}")
+        print(f"     writes for pods still waiting: {sum(k.writes.values())} "
+              f"({', '.join(f'{v} {n}' for n, v in sorted(k.writes.items())) or 'none'}); "
+              f"their claims' Waiting condition changed {k.changes} times; "
+              f"writes beyond those changes: {k.wasted}")
+        print(f"     every request of the controller in the window: "
+              + (", ".join(f"{v} {n}" for n, v in sorted(k.requests.items())) or "none"))
+        for note in k.notes:
+            print(f"     ({note})")
+
+
+def report_targets(args: argparse.Namespace, results: list[Result], w: WakeupResult | None) -> None:
+    print()
+    print("targets (issue 12 item 7), each beside the figure it is measured against, from this run:")
+
+    def line(what: str, figure: str, target: str, met: bool | None, la: tuple[float, float, float]) -> None:
+        verdict = "-" if met is None else ("met" if met else "MISSED")
+        print(f"  {what:<52} {figure:<32} {target:<14} {verdict:<7} load {_load(la)}")
+
+    sched = next((r for r in results if r.scenario == "scheduler"), None)
+    defaults = next((r for r in results if r.scenario == "defaults"), None)
+    if sched is not None and defaults is not None and sched.bound_rate > 0:
+        ratio = defaults.release_rate / sched.bound_rate
+        line("defaults releases/s vs kube-scheduler bindings/s",
+             f"{ratio:.2f}x ({defaults.release_rate:.1f} vs {sched.bound_rate:.1f}/s)",
+             f">= {TARGET_RATE_VS_SCHEDULER:.1f}x", ratio >= TARGET_RATE_VS_SCHEDULER, defaults.load)
+        line("  (kube-scheduler's pods were created at)",
+             f"{sched.pods / max(sched.create_seconds, 1e-9):.0f}/s", "", None, sched.load)
+    if defaults is not None:
+        p99 = percentile(defaults.release_latencies, 99)
+        complete = defaults.released == defaults.pods
+        line(f"defaults p99 creation->release ({defaults.pods} pods, {args.nodes} nodes)",
+             f"{p99:.1f} s" + ("" if complete else f" ({defaults.released} released)"),
+             f"<= {TARGET_P99_SECONDS:g} s", complete and p99 <= TARGET_P99_SECONDS, defaults.load)
+        line("defaults p99 creation->bound", f"{percentile(defaults.bound_latencies, 99):.1f} s",
+             "", None, defaults.load)
+    unthrottled = [r for r in results if r.scenario.startswith("unthrottled ")]
+    baselines = [r for r in results if r.scenario.startswith("baseline ")]
+    if unthrottled:
+        u = combined("unthrottled", unthrottled) if len(unthrottled) > 1 else unthrottled[0]
+        line("unthrottled controller CPU per pod",
+             f"{u.cpu_ms_per_pod:.2f} ms" + ("" if u.released == u.pods else f" ({u.released} released)"),
+             f"<= {TARGET_CPU_MS_PER_POD:g} ms",
+             u.released == u.pods and u.cpu_ms_per_pod <= TARGET_CPU_MS_PER_POD, u.load)
+        if baselines:
+            b = combined("baseline", baselines) if len(baselines) > 1 else baselines[0]
+            line("unthrottled releases/s vs baseline (as before)",
+                 f"{u.release_rate / max(b.release_rate, 1e-9):.2f}x ({u.release_rate:.1f} vs "
+                 f"{b.release_rate:.1f}/s)", f">= {OLD_TARGET_VS_BASELINE:.2f}x",
+                 u.release_rate >= OLD_TARGET_VS_BASELINE * b.release_rate, u.load)
+            line("baseline CPU per pod (no decisions)", f"{b.cpu_ms_per_pod:.2f} ms", "", None, b.load)
+    if w is not None and w.wakes:
+        lats = [k.latency for k in w.wakes]
+        worst = max((x for x in lats if x is not None), default=None)
+        figure = ", ".join("never" if x is None else f"{x:.2f}" for x in lats) + " s"
+        line("wake-up: freeing write -> oldest fitting pod released", figure,
+             f"<= {TARGET_WAKE_SECONDS:g} s each",
+             None not in lats and worst is not None and worst <= TARGET_WAKE_SECONDS, w.wakes[-1].load)
+        wasted = [k.wasted for k in w.wakes]
+        line("wake-up: writes for waiting pods, condition unchanged", ", ".join(map(str, wasted)),
+             "0 each", not any(wasted), w.wakes[-1].load)
 
 
 def print_profile(profiles: list[tuple[str, cProfile.Profile]], top: int, clock: str) -> None:
+    import re
+
     by_group: dict[str, list[cProfile.Profile]] = defaultdict(list)
     for name, p in profiles:
-        by_group[_thread_group(name)].append(p)
+        by_group[re.sub(r"([-_#]?\d+)+$", "", name) or name].append(p)
     for group, ps in sorted(by_group.items()):
         out = io.StringIO()
         stats = pstats.Stats(ps[0], stream=out)
@@ -780,84 +1109,117 @@ def print_profile(profiles: list[tuple[str, cProfile.Profile]], top: int, clock:
                         if line.strip() and not line.startswith("   Ordered by")))
 
 
-# -- main -----------------------------------------------------------------------------------
+# -- main ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.controller_bench",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--pods", type=int, default=1000, help="pods per scenario")
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--gpus-per-node", type=int, default=32,
+                        help="GPUs per node; 8 cannot hold 1,000 pods of 1..4 GPUs on 100 nodes")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"comma-separated, from {', '.join(SCENARIOS)} (unthrottled brings "
+                             "its baseline)")
+    parser.add_argument("--workers", type=int, default=8, help="of the unthrottled controller and baseline")
+    parser.add_argument("--qps", type=float, default=1000.0,
+                        help="client limit of the unthrottled controller and baseline (burst 2x)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="unthrottled+baseline pairs, alternating order (ABBA) to even out drift")
+    parser.add_argument("--creators", type=int, default=16, help="threads creating pods")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds a scenario may wait for all releases (or bindings)")
+    parser.add_argument("--wake-pods", type=int, default=None,
+                        help="gated pods waiting in the wake-up scenario (default: --pods)")
+    parser.add_argument("--wakeups", type=int, default=4,
+                        help="times GPUs are freed, alternately deleting a filler and raising a node")
+    parser.add_argument("--wake-timeout", type=float, default=60.0,
+                        help="seconds a wake-up may wait for its pod's release")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the controllers' logs")
+    parser.add_argument("--profile", choices=("cpu", "wall"),
+                        help="afterwards, run the unthrottled controller in this process under "
+                             "cProfile (timing CPU or wall time) and print hotspots")
+    parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--serve-baseline", metavar="KUBECONFIG", help=argparse.SUPPRESS)
+    parser.add_argument("--ready-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.wake_pods = args.pods if args.wake_pods is None else args.wake_pods
+    wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    args.scenarios = wanted
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.controller_bench",
-                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--gpus-per-node", type=int, default=32,
-                        help="GPUs per node; 8 cannot hold 1,000 pods of 1..4 GPUs on 100 nodes")
-    parser.add_argument("--creators", type=int, default=16, help="threads creating pods")
-    parser.add_argument("--qps", type=float, default=1000.0,
-                        help="client rate limit of the controller and the baseline (burst 2x)")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="controller+baseline pairs, alternating order (ABBA) to even out drift")
-    parser.add_argument("--timeout", type=float, default=240.0, help="per scenario, for releases")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--profile", choices=("cpu", "wall"),
-                        help="afterwards, run the controller once more under cProfile on every "
-                             "thread it starts (timing CPU or wall time) and print hotspots")
-    parser.add_argument("--profile-top", type=int, default=25)
-    args = parser.parse_args(argv)
-
-    counts = demands(args.pods, args.nodes * args.gpus_per_node, args.seed)
-    options = Options(workers=args.workers, resync_period=0.0, metrics_bind_address="0",
-                      health_bind_address="0", kube_api_qps=args.qps,
-                      kube_api_burst=int(args.qps * 2), shutdown_timeout=20.0)
-    options.validate()
+    args = parse_args(argv)
+    if args.serve_baseline:
+        serve_baseline(args.serve_baseline, args.ready_file, args.workers, args.qps)
+        return
+    counts = demands(args.pods, args.seed, args.nodes * args.gpus_per_node)
+    if "wakeup" in args.scenarios and args.wakeups > 2 * args.nodes:
+        raise SystemExit("controller_bench: --wakeups may be at most twice --nodes")
+    unthrottled_flags = ["--workers", str(args.workers), "--kube-api-qps", f"{args.qps:g}",
+                         "--kube-api-burst", str(int(args.qps * 2))]
     started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="controller-bench-"))
     plane = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say)
-    with plane:
-        kubeconfig = str(plane.kubeconfig)
-        admin = new_client(kubeconfig, args.creators + 8)  # no rate limit
-        install_crds(admin)
-        post(admin, f"{CLAIMS}/gpuclasses", {
-            "apiVersion": api.API_VERSION, "kind": api.CLASS_KIND, "metadata": {"name": CLASS},
-            "spec": {"nodeSelector": {POOL_LABEL: "a"}}})
-        say(f"creating {args.nodes} kwok nodes with {args.gpus_per_node} GPUs each")
-        nodes = make_nodes(admin, args.nodes, args.gpus_per_node)
-        say(f"plane ready in {time.monotonic() - started:.0f}s; API server at "
-            f"{wait_quiet(plane):.2f} cores idle")
+    failed = False
+    try:
+        with plane:
+            admin = new_client(str(plane.kubeconfig), args.creators + 8)  # not audited, no limit
+            install_crds(admin)
+            post(admin, f"{CLAIMS}/gpuclasses", {
+                "apiVersion": api.API_VERSION, "kind": api.CLASS_KIND, "metadata": {"name": CLASS},
+                "spec": {"nodeSelector": {POOL_LABEL: "a"}}})
+            say(f"creating {args.nodes} kwok nodes with {args.gpus_per_node} GPUs each")
+            nodes = make_nodes(admin, args.nodes, args.gpus_per_node)
+            kubeconfig = audited_kubeconfig(plane, admin, workdir / "audited.kubeconfig")
+            bench = Bench(args, plane, admin, kubeconfig, workdir, nodes,
+                          AuditLog(plane.audit_log, (CONTROLLER_AGENT, BASELINE_AGENT)), counts)
+            bench.wait_quiet()
+            say(f"plane ready in {time.monotonic() - started:.0f}s; workdir {workdir}")
 
-        def controller() -> Subject:
-            return ControllerSubject(kubeconfig, options)
+            results: list[Result] = []
+            if "scheduler" in args.scenarios:
+                results.append(run_pods(bench, "scheduler", None, "bench-scheduler"))
+            if "defaults" in args.scenarios:
+                results.append(run_pods(bench, "defaults",
+                                        ControllerProcess("defaults", kubeconfig, workdir, []),
+                                        "bench-defaults"))
+            if "unthrottled" in args.scenarios:
+                for rnd in range(1, args.rounds + 1):
+                    unthrottled = (f"unthrottled {rnd}", lambda n: ControllerProcess(
+                        n.replace(" ", "-"), kubeconfig, workdir, unthrottled_flags))
+                    baseline = (f"baseline {rnd}", lambda n: BaselineProcess(
+                        n.replace(" ", "-"), kubeconfig, workdir, args.workers, args.qps))
+                    for label, make in ((unthrottled, baseline) if rnd % 2 else (baseline, unthrottled)):
+                        results.append(run_pods(bench, label, make(label), f"bench-{label.replace(' ', '-')}"))
+            wakeup = run_wakeup(bench) if "wakeup" in args.scenarios else None
+            report(args, results, wakeup, counts)
+            failed = any(r.notes for r in results) or bool(wakeup and (wakeup.setup_notes or any(
+                k.notes for k in wakeup.wakes)))
 
-        def baseline() -> Subject:
-            return BaselineSubject(kubeconfig, options, nodes)
-
-        results = []
-        for rnd in range(args.rounds):
-            for make in (controller, baseline) if rnd % 2 == 0 else (baseline, controller):
-                subject = make()
-                namespace = f"bench-{subject.name}-{rnd + 1}"
-                result = run_scenario(plane, admin, subject, namespace, counts, args.creators,
-                                      args.timeout)
-                say(f"{result.scenario}: {result.released}/{result.pods} released, "
-                    f"{result.rate:.1f}/s; cleaning up")
-                if isinstance(subject, ControllerSubject):
-                    n, total = subject.release_histogram()
-                    say(f"cross-check: the controller's gpuclaimctl_pod_release_seconds has {n:.0f} "
-                        f"observations, mean {total / max(n, 1):.2f}s (from whole-second "
-                        "creationTimestamps, so up to 1s above the watch's figures)")
-                results.append(result)
-                clean(admin, namespace)
-                wait_quiet(plane)
-        report(args, results, counts)
-
-        if args.profile:
-            say("profiled controller run (its figures are slowed by cProfile)")
-            profiled_subject = ControllerSubject(kubeconfig, options, profile=args.profile)
-            profiled = run_scenario(plane, admin, profiled_subject, "bench-profiled", counts,
-                                    args.creators, args.timeout)
-            print(f"\nprofiled controller run: {profiled.released} released, {profiled.rate:.1f}/s, "
-                  f"p50 {profiled.percentile(50) * 1000:.0f} ms, CPU {profiled.usage.cpu:.1f} s")
-            print_profile(profiled_subject.profiles, args.profile_top, args.profile)
-            clean(admin, "bench-profiled")
-    print(f"\n(run took {time.monotonic() - started:.0f}s)")
+            if args.profile:
+                say("profiled controller run (its figures are slowed by cProfile)")
+                options = dataclasses.replace(
+                    DEFAULTS, workers=args.workers, kube_api_qps=args.qps,
+                    kube_api_burst=int(args.qps * 2), metrics_bind_address="0", health_bind_address="0")
+                profiled = InProcessController(kubeconfig, options, args.profile)
+                r = run_pods(bench, "profiled", profiled, "bench-profiled")
+                print(f"\nprofiled controller run: {r.released} released, {r.release_rate:.1f}/s, "
+                      f"p50 {_ms(percentile(r.release_latencies, 50))} ms, CPU {r.subject_cpu:.1f} s "
+                      "(this process, creating threads and watches included)")
+                print_profile(profiled.profiles, args.profile_top, args.profile)
+    finally:
+        if args.keep or failed:
+            say(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\n(run took {time.monotonic() - started:.0f}s; load {_load(load())})")
 
 
 if __name__ == "__main__":
