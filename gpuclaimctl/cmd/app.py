@@ -6,7 +6,8 @@ are warm when it takes over); /metrics, /healthz, /readyz; then either the
 workers directly or, with --leader-elect, only while holding the Lease.
 
 Shutdown on SIGTERM/SIGINT: no new work, in-flight syncs get
---shutdown-timeout to finish, the Lease is released, exit 0.
+--shutdown-timeout to finish, queued events get EVENT_FLUSH_TIMEOUT to be
+sent (while the Lease is still held), the Lease is released, exit 0.
 
 A lost Lease (DESIGN I3) is kube-controller-manager's Fatalf: the write
 fence is closed (it already refuses every write once the Lease went
@@ -35,7 +36,8 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl import __version__
 from gpuclaimctl.client import kube
-from gpuclaimctl.client.fence import WriteFence
+from gpuclaimctl.client.events import EventRecorder
+from gpuclaimctl.client.fence import NotLeader, WriteFence
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl import logs
 from gpuclaimctl.controller import Controller, Settings
@@ -48,12 +50,15 @@ from gpuclaimctl.client.leaderelection import (
 )
 from gpuclaimctl.cmd.options import Options
 from informers import SharedInformerFactory
-from metrics.controller import ControllerMetrics
+from metrics.controller import ControllerMetrics, EventMetrics
 from metrics.leaderelection import LeaderElectionMetrics
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
 
 log = logging.getLogger("gpuclaimctl")
 SYNC_TIMEOUT = 120.0
+# How long queued events may still be sent once the workers stopped: inside
+# the Deployment's 30 s grace period after --shutdown-timeout's 20 s.
+EVENT_FLUSH_TIMEOUT = 5.0
 
 
 def run(options: Options) -> int:
@@ -103,17 +108,29 @@ def _api_client(options: Options, identity: str) -> client.ApiClient:
     return api_client
 
 
+def build_recorder(api_client: client.ApiClient, options: Options, registry: CollectorRegistry,
+                   *, fence: WriteFence | None = None) -> EventRecorder:
+    """The event recorder (not started): --event-qps/--event-burst, fenced
+    like the Writer, its counts in `registry`."""
+    return EventRecorder(api_client, fence=fence, qps=options.event_qps,
+                         burst=options.event_burst, metrics=EventMetrics(registry))
+
+
 def build(api_client: client.ApiClient, options: Options, registry: CollectorRegistry,
-          *, fence: WriteFence | None = None) -> tuple[SharedInformerFactory, Controller]:
+          *, fence: WriteFence | None = None,
+          recorder: EventRecorder | None = None) -> tuple[SharedInformerFactory, Controller]:
     """Informers and the controller on them, with metrics in `registry`; the
     controller's requests wait for --kube-api-qps/--kube-api-burst tokens,
-    and its writes are refused once `fence` says this process may no longer lead."""
+    and its writes are refused once `fence` says this process may no longer lead.
+    Its events go to `recorder` (whose caller starts and stops it), or
+    without one are sent from the sync like any write."""
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
     settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
                         node_lost_grace=options.node_lost_grace)
     metrics = ControllerMetrics(registry)
     writer = Writer(api_client, fence=fence,
-                    limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst))
+                    limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst),
+                    recorder=recorder)
     controller = Controller(factory, writer, settings, metrics=metrics,
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
                             shutdown_timeout=options.shutdown_timeout)
@@ -127,7 +144,8 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     registry = CollectorRegistry()
     # Never armed without leader election, so then it always allows.
     fence = WriteFence()
-    factory, controller = build(api_client, options, registry, fence=fence)
+    recorder = build_recorder(api_client, options, registry, fence=fence)
+    factory, controller = build(api_client, options, registry, fence=fence, recorder=recorder)
 
     elector: LeaderElector | None = None
     if options.leader_elect:
@@ -165,12 +183,14 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    recorder.start()
     factory.start()
     try:
         if elector is None:
             if not _wait_synced(controller, stop) or not _catch_up(controller, stop):
                 return 0 if stop.is_set() else 1
             controller.run(options.workers, stop)
+            recorder.flush(event_flush_budget(fence))
             return 0
 
         def lead(leading_stop: threading.Event) -> None:
@@ -178,6 +198,9 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
             if not _wait_synced(controller, leading_stop) or not _catch_up(controller, leading_stop):
                 return
             controller.run(options.workers, leading_stop)
+            # Before the elector closes the fence and releases the Lease; a
+            # lost Lease has closed the fence already, so this sends nothing.
+            recorder.flush(event_flush_budget(fence))
 
         def stopped() -> None:
             log.info("stopped leading")
@@ -191,8 +214,21 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
         log.error("leader election ended: %s; exiting so a standby takes over", outcome.name)
         return 1
     finally:
+        recorder.stop()
         endpoints.stop()
         factory.shutdown()
+
+
+def event_flush_budget(fence: WriteFence) -> float:
+    """How long queued events may be sent at shutdown: EVENT_FLUSH_TIMEOUT,
+    cut so that the leader returns a second before its Lease could be taken
+    over (the elector releases the Lease only if the leader returned by
+    then); nothing once the fence refuses."""
+    try:
+        left = fence.check()
+    except NotLeader:
+        return 0.0
+    return max(0.0, min(EVENT_FLUSH_TIMEOUT, left - 1.0))
 
 
 def exit_lost(fence: WriteFence, controller: Controller,

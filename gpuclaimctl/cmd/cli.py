@@ -105,6 +105,10 @@ def version() -> None:
               help="host:port for /healthz and /readyz; 0 disables.")
 @click.option("--kube-api-qps", type=float, default=50.0, show_default=True)
 @click.option("--kube-api-burst", type=int, default=100, show_default=True)
+@click.option("--event-qps", type=float, default=5.0, show_default=True,
+              help="Events sent per second, apart from --kube-api-qps.")
+@click.option("--event-burst", type=int, default=25, show_default=True,
+              help="Events sent at once before --event-qps applies.")
 @click.option("--placement-strategy", type=click.Choice([s.value for s in Strategy]),
               default=Strategy.BINPACK.value, show_default=True,
               help="binpack fills the most-allocated node; spread the least.")
@@ -136,6 +140,8 @@ def run(**flags: Any) -> None:
         health_bind_address=flags["health_bind_address"],
         kube_api_qps=flags["kube_api_qps"],
         kube_api_burst=flags["kube_api_burst"],
+        event_qps=flags["event_qps"],
+        event_burst=flags["event_burst"],
         strategy=Strategy(flags["placement_strategy"]),
         reject_for=flags["reject_for"],
         node_lost_grace=flags["node_lost_grace"],

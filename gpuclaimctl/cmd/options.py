@@ -32,6 +32,9 @@ class Options:
     health_bind_address: str = ":8081"
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
+    # The event recorder's own budget, apart from --kube-api-qps/burst.
+    event_qps: float = 5.0
+    event_burst: int = 25
     strategy: Strategy = Strategy.BINPACK
     reject_for: float = 600.0
     node_lost_grace: float = 300.0
@@ -48,6 +51,7 @@ class Options:
                              ("--leader-elect-renew-deadline", self.renew_deadline),
                              ("--leader-elect-retry-period", self.retry_period),
                              ("--kube-api-qps", self.kube_api_qps),
+                             ("--event-qps", self.event_qps),
                              ("--reject-for", self.reject_for),
                              ("--node-lost-grace", self.node_lost_grace),
                              ("--shutdown-timeout", self.shutdown_timeout)):
@@ -66,6 +70,10 @@ class Options:
             raise ValueError("--kube-api-qps must be > 0 and --kube-api-burst at least 1")
         if self.kube_api_burst < self.kube_api_qps:
             raise ValueError("--kube-api-burst must be at least --kube-api-qps")
+        if self.event_qps <= 0 or self.event_burst < 1:
+            raise ValueError("--event-qps must be > 0 and --event-burst at least 1")
+        if self.event_burst < self.event_qps:
+            raise ValueError("--event-burst must be at least --event-qps")
         if self.verbosity < 0:
             raise ValueError("-v must not be negative")
         if self.local and (self.kubeconfig or self.context):
