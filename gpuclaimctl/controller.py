@@ -231,6 +231,14 @@ class Controller:
             bound.setdefault(cls_info.name, 0)
         return StateSample(claims=claims, allocatable=allocatable, bound=bound)
 
+    def gated_pods(self) -> tuple[list[Obj], list[Obj]]:
+        """The pods that carry our gate, and the claims they name that the
+        cache has (for /metrics; cache objects, read-only)."""
+        pods = self.ctx.pods.by_index(indexes.WAITING_PODS, "")
+        claims = [c for p in pods for key in indexes.pods_by_claim(p)
+                  if (c := self.ctx.claims.get(*keys.split(key))) is not None]
+        return pods, claims
+
 
 def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str, ...]:
     """The order keys ready together are handed out in: claim and class

@@ -2,14 +2,19 @@
 
 Counters and histograms are updated by the controller as things happen.
 Gauges of state (claims by phase and class, GPUs allocatable and bound per
-class) are computed at scrape time from a callback over the caches, so they
-can never drift from what the controller sees. Nothing is registered at
-import; the registry is injected.
+class, waiting pods by namespace and reason) are computed at scrape time
+from callbacks over the caches, so they can never drift from what the
+controller sees. Nothing is registered at import; the registry is injected.
+
+A `namespace` label is bounded: the first `max_namespaces` namespaces seen
+(by any metric here, in the order seen) keep their own value for the life
+of the process; every later one is counted under `other` (OTHER_NAMESPACE).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -21,6 +26,39 @@ from prometheus_client.registry import Collector
 RELEASE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400)
 # One sync: milliseconds normally, seconds when the API server is slow.
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Namespaces with a label value of their own, by default: one histogram of
+# 15 series per namespace, so 100 stays well inside a Prometheus's budget.
+MAX_NAMESPACES = 100
+# The label value of every namespace past the limit. A namespace really
+# named `other` shares it.
+OTHER_NAMESPACE = "other"
+
+
+class NamespaceLabels:
+    """The `namespace` label value for a namespace: its own name for the
+    first `limit` distinct namespaces asked about, OTHER_NAMESPACE after.
+
+    A namespace admitted keeps its value for the life of the process, even
+    once deleted: a series never changes its label mid-way, and the set of
+    series stays bounded by `limit` + 1. Thread-safe (the syncs and scrapes
+    ask at once).
+    """
+
+    def __init__(self, limit: int = MAX_NAMESPACES) -> None:
+        if limit < 0:
+            raise ValueError(f"the namespace limit must not be negative, got {limit}")
+        self._limit = limit
+        self._admitted: set[str] = set()   # invariant: len <= limit
+        self._lock = threading.Lock()
+
+    def label(self, namespace: str) -> str:
+        with self._lock:
+            if namespace in self._admitted:
+                return namespace
+            if len(self._admitted) < self._limit:
+                self._admitted.add(namespace)
+                return namespace
+            return OTHER_NAMESPACE
 
 
 @dataclass(frozen=True)
@@ -56,9 +94,47 @@ class _StateCollector(Collector):
         yield bound
 
 
+@dataclass(frozen=True)
+class PodWait:
+    """One pod held by the scheduling gate: why, and since when."""
+
+    namespace: str
+    reason: str      # its claims' Waiting reason, or Pending before the first sync
+    seconds: float   # since the pod was created
+
+
+class _WaitingCollector(Collector):
+    def __init__(self, waits: Callable[[], Iterable[PodWait]], namespaces: NamespaceLabels) -> None:
+        self._waits = waits
+        self._namespaces = namespaces
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        count: dict[tuple[str, str], int] = {}
+        longest: dict[tuple[str, str], float] = {}
+        for w in self._waits():
+            key = (self._namespaces.label(w.namespace), w.reason)
+            count[key] = count.get(key, 0) + 1
+            longest[key] = max(longest.get(key, 0.0), w.seconds)
+        waiting = GaugeMetricFamily(
+            "gpuclaimctl_pods_waiting",
+            "Pods held by the gpuclaimctl.io/claims gate, by namespace and why they wait.",
+            labels=["namespace", "reason"])
+        oldest = GaugeMetricFamily(
+            "gpuclaimctl_pods_waiting_longest_seconds",
+            "Seconds since the creation of the longest-waiting gated pod, by namespace and reason.",
+            labels=["namespace", "reason"])
+        for key in sorted(count):
+            waiting.add_metric(list(key), count[key])
+            oldest.add_metric(list(key), longest[key])
+        yield waiting
+        yield oldest
+
+
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry,
-                 state: Callable[[], StateSample] | None = None) -> None:
+                 state: Callable[[], StateSample] | None = None,
+                 *, max_namespaces: int = MAX_NAMESPACES) -> None:
+        self.namespaces = NamespaceLabels(max_namespaces)
         self.template_claims_created = Counter(
             "gpuclaimctl_template_claims_created_total",
             "GPUClaims created from a pod's template or inline entry.", registry=registry)
@@ -68,8 +144,9 @@ class ControllerMetrics:
             ["result", "reason"], registry=registry)
         self.release_seconds = Histogram(
             "gpuclaimctl_pod_release_seconds",
-            "Seconds from a pod's creation to its release by the controller.",
-            buckets=RELEASE_BUCKETS, registry=registry)
+            "Seconds from a pod's creation to its release by the controller, by namespace "
+            "(past --metrics-max-namespaces, other).",
+            ["namespace"], buckets=RELEASE_BUCKETS, registry=registry)
         self.stale_reservations_removed = Counter(
             "gpuclaimctl_stale_reservations_removed_total",
             "reservedFor entries removed because their pod was gone, replaced or finished.",
@@ -92,6 +169,15 @@ class ControllerMetrics:
     def set_state(self, state: Callable[[], StateSample]) -> None:
         """Export the gauges computed by `state` at scrape time (once)."""
         self._registry.register(_StateCollector(state))
+
+    def set_waiting(self, waits: Callable[[], Iterable[PodWait]]) -> None:
+        """Export gpuclaimctl_pods_waiting and ..._longest_seconds, from the
+        pods `waits` returns at scrape time (once)."""
+        self._registry.register(_WaitingCollector(waits, self.namespaces))
+
+    def observe_release(self, namespace: str, seconds: float) -> None:
+        """A pod of `namespace` was released `seconds` after its creation."""
+        self.release_seconds.labels(self.namespaces.label(namespace)).observe(seconds)
 
 
 # What became of an event handed to the recorder (gpuclaimctl.client.events.Outcome).

@@ -173,7 +173,7 @@ def test_two_inline_claims_are_placed_together_on_the_one_node_with_room_for_bot
     assert rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) == 4
     assert rc.metric("gpuclaimctl_gpus_allocatable", **{"class": cls}) == 6
     assert rc.metric("gpuclaimctl_claims", **{"class": cls, "phase": "Bound"}) == 2
-    assert rc.metric("gpuclaimctl_pod_release_seconds_count") == 1
+    assert rc.metric("gpuclaimctl_pod_release_seconds_count", namespace=cluster.ns) == 1
     assert rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="pod", result="ok") >= 1
     assert rc.metric("workqueue_adds_total", name="gpuclaimctl") >= 1
 

@@ -49,8 +49,9 @@ from gpuclaimctl.client.leaderelection import (
     default_identity,
 )
 from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.cmd.statusview import waiting_pods
 from informers import SharedInformerFactory
-from metrics.controller import ControllerMetrics, EventMetrics
+from metrics.controller import ControllerMetrics, EventMetrics, PodWait
 from metrics.leaderelection import LeaderElectionMetrics
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
 
@@ -127,7 +128,7 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
     settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
                         node_lost_grace=options.node_lost_grace)
-    metrics = ControllerMetrics(registry)
+    metrics = ControllerMetrics(registry, max_namespaces=options.metrics_max_namespaces)
     writer = Writer(api_client, fence=fence,
                     limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst),
                     recorder=recorder)
@@ -135,7 +136,17 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
                             shutdown_timeout=options.shutdown_timeout)
     metrics.set_state(controller.state_sample)
+    metrics.set_waiting(lambda: pod_waits(controller))
     return factory, controller
+
+
+def pod_waits(controller: Controller) -> list[PodWait]:
+    """The gated pods in the controller's caches and why each waits, told
+    as `gpuclaimctl status` tells them (statusview.waiting_pods)."""
+    pods, claims = controller.gated_pods()
+    now = controller.ctx.now()
+    return [PodWait(p.namespace, p.reason, (now - p.created).total_seconds() if p.created else 0.0)
+            for p in waiting_pods(pods, claims)]
 
 
 def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int:

@@ -101,6 +101,9 @@ def version() -> None:
 @click.option("--leader-elect-retry-period", type=DURATION, default="2s", show_default=True)
 @click.option("--metrics-bind-address", default=":8080", show_default=True,
               help="host:port for /metrics; 0 disables.")
+@click.option("--metrics-max-namespaces", type=int, default=100, show_default=True,
+              help="Namespaces that get a namespace label of their own in /metrics, the first "
+                   "seen keeping theirs; later ones are counted as `other`.")
 @click.option("--health-bind-address", default=":8081", show_default=True,
               help="host:port for /healthz and /readyz; 0 disables.")
 @click.option("--kube-api-qps", type=float, default=50.0, show_default=True)
@@ -137,6 +140,7 @@ def run(**flags: Any) -> None:
         renew_deadline=flags["leader_elect_renew_deadline"],
         retry_period=flags["leader_elect_retry_period"],
         metrics_bind_address=flags["metrics_bind_address"],
+        metrics_max_namespaces=flags["metrics_max_namespaces"],
         health_bind_address=flags["health_bind_address"],
         kube_api_qps=flags["kube_api_qps"],
         kube_api_burst=flags["kube_api_burst"],

@@ -29,6 +29,9 @@ class Options:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     metrics_bind_address: str = ":8080"
+    # Namespaces with a `namespace` label of their own in /metrics, first
+    # come first served; the rest are `other` (metrics.controller).
+    metrics_max_namespaces: int = 100
     health_bind_address: str = ":8081"
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
@@ -83,6 +86,9 @@ class Options:
         for flag, addr in (("--metrics-bind-address", self.metrics_bind_address),
                            ("--health-bind-address", self.health_bind_address)):
             parse_bind_address(addr, flag)
+        if self.metrics_max_namespaces < 0:
+            raise ValueError("--metrics-max-namespaces must not be negative, "
+                             f"got {self.metrics_max_namespaces}")
         if self.leader_elect:
             # client-go's rules: LeaseDuration > RenewDeadline >
             # JitterFactor(1.2) * RetryPeriod.

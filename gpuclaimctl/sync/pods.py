@@ -138,7 +138,8 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     if ctx.metrics is not None:
         ctx.metrics.placements.labels("placed", "").inc()
         if created_at is not None:
-            ctx.metrics.release_seconds.observe(max(0.0, (ctx.now() - created_at).total_seconds()))
+            ctx.metrics.observe_release(meta.get("namespace", ""),
+                                        max(0.0, (ctx.now() - created_at).total_seconds()))
     ctx.memories.last_warning.pop(key, None)
     log.info("released pod on node", extra={"pod": key, "node": decision.node})
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed",

@@ -1,0 +1,145 @@
+"""The controller's own metrics: bounded namespace labels, the waiting-pod
+gauges, and both on the real controller."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuclaimctl.cmd.options import Options
+from metrics.controller import OTHER_NAMESPACE, ControllerMetrics, NamespaceLabels, PodWait
+from tests.helpers import wait_for
+from tests.test_options_cli import captured, invoke  # noqa: F401  (captured is a fixture)
+
+
+def test_the_first_namespaces_keep_their_label_and_later_ones_are_other() -> None:
+    labels = NamespaceLabels(2)
+    assert [labels.label(ns) for ns in ("a", "b", "c", "a", "d", "b")] == \
+        ["a", "b", OTHER_NAMESPACE, "a", OTHER_NAMESPACE, "b"]
+
+
+def test_a_limit_of_zero_folds_every_namespace() -> None:
+    labels = NamespaceLabels(0)
+    assert {labels.label(ns) for ns in ("a", "b")} == {OTHER_NAMESPACE}
+
+
+def test_a_negative_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="must not be negative"):
+        NamespaceLabels(-1)
+
+
+def test_namespaces_asked_at_once_never_pass_the_limit() -> None:
+    labels = NamespaceLabels(10)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def ask(start: int) -> None:
+        got = [labels.label(f"ns-{i}") for i in range(start, start + 50)]
+        with lock:
+            seen.extend(got)
+
+    threads = [threading.Thread(target=ask, args=(i * 7,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(seen) - {OTHER_NAMESPACE}) == 10
+
+
+def test_release_seconds_are_observed_per_namespace_and_folded_past_the_limit() -> None:
+    registry = CollectorRegistry()
+    m = ControllerMetrics(registry, max_namespaces=1)
+    m.observe_release("team-a", 2.0)
+    m.observe_release("team-b", 3.0)
+    m.observe_release("team-c", 4.0)
+    m.observe_release("team-a", 1.0)
+
+    def count(ns: str) -> float | None:
+        return registry.get_sample_value("gpuclaimctl_pod_release_seconds_count", {"namespace": ns})
+
+    assert count("team-a") == 2
+    assert count(OTHER_NAMESPACE) == 2
+    assert count("team-b") is None
+    assert registry.get_sample_value("gpuclaimctl_pod_release_seconds_sum",
+                                     {"namespace": OTHER_NAMESPACE}) == 7.0
+
+
+def test_waiting_pods_are_counted_by_namespace_and_reason_with_the_longest_wait() -> None:
+    registry = CollectorRegistry()
+    m = ControllerMetrics(registry, max_namespaces=2)
+    waits = [PodWait("ml", "Capacity", 30.0), PodWait("ml", "Capacity", 90.0),
+             PodWait("ml", "ClassNotFound", 5.0), PodWait("web", "Capacity", 1.0),
+             PodWait("late-1", "Capacity", 400.0), PodWait("late-2", "Capacity", 7.0)]
+    m.set_waiting(lambda: waits)
+
+    def value(name: str, ns: str, reason: str) -> float | None:
+        return registry.get_sample_value(name, {"namespace": ns, "reason": reason})
+
+    assert value("gpuclaimctl_pods_waiting", "ml", "Capacity") == 2
+    assert value("gpuclaimctl_pods_waiting_longest_seconds", "ml", "Capacity") == 90.0
+    assert value("gpuclaimctl_pods_waiting", "ml", "ClassNotFound") == 1
+    assert value("gpuclaimctl_pods_waiting", "web", "Capacity") == 1
+    assert value("gpuclaimctl_pods_waiting", OTHER_NAMESPACE, "Capacity") == 2
+    assert value("gpuclaimctl_pods_waiting_longest_seconds", OTHER_NAMESPACE, "Capacity") == 400.0
+    # Computed at each scrape: a pod released is gone from the next one.
+    waits.clear()
+    assert value("gpuclaimctl_pods_waiting", "ml", "Capacity") is None
+
+
+def test_a_namespace_admitted_by_the_waiting_gauge_keeps_its_label_for_releases() -> None:
+    registry = CollectorRegistry()
+    m = ControllerMetrics(registry, max_namespaces=1)
+    m.set_waiting(lambda: [PodWait("first", "Capacity", 1.0)])
+    registry.get_sample_value("gpuclaimctl_pods_waiting", {"namespace": "first", "reason": "Capacity"})
+    m.observe_release("second", 1.0)
+    m.observe_release("first", 1.0)
+    assert registry.get_sample_value("gpuclaimctl_pod_release_seconds_count",
+                                     {"namespace": "first"}) == 1
+    assert registry.get_sample_value("gpuclaimctl_pod_release_seconds_count",
+                                     {"namespace": OTHER_NAMESPACE}) == 1
+
+
+def test_metrics_max_namespaces_is_a_flag_and_a_variable(captured: list[Options]) -> None:
+    assert invoke("run").exit_code == 0
+    assert invoke("run", "--metrics-max-namespaces", "5").exit_code == 0
+    assert invoke("run", env={"GPUCLAIMCTL_METRICS_MAX_NAMESPACES": "0"}).exit_code == 0
+    assert [o.metrics_max_namespaces for o in captured] == [100, 5, 0]
+
+
+def test_a_negative_metrics_max_namespaces_is_refused(captured: list[Options]) -> None:
+    result = invoke("run", "--metrics-max-namespaces", "-1")
+    assert result.exit_code == 2 and captured == []
+    assert "--metrics-max-namespaces must not be negative" in result.output
+
+
+@pytest.mark.plane
+def test_the_controller_gauges_a_waiting_pod_by_reason_and_times_a_release_in_its_namespace(
+    api_client: Any, namespace: str, gpu_nodes: Callable[..., dict[str, Any]],
+    run_controller: Callable[..., Any],
+) -> None:
+    from tests.test_e2e import Cluster
+
+    cluster = Cluster(api_client, namespace)
+    try:
+        gpu_nodes("one", gpus=2, labels=cluster.label)
+        cls = cluster.gpu_class("a100")
+        rc = run_controller()
+        cluster.pod("fits", [{"name": "g", "className": cls, "count": 1}])
+        cluster.pod("too-big", [{"name": "g", "className": cls, "count": 4}])
+        cluster.pod("no-class", [{"name": "g", "className": f"{cls}-missing", "count": 1}])
+
+        def waiting(reason: str) -> float:
+            return float(rc.metric("gpuclaimctl_pods_waiting", namespace=namespace, reason=reason))
+
+        wait_for(lambda: waiting("Capacity") == 1 and waiting("ClassNotFound") == 1, timeout=30,
+                 message=lambda: f"one pod waiting for Capacity, one for ClassNotFound; "
+                                 f"{waiting('Capacity')}, {waiting('ClassNotFound')}")
+        assert rc.metric("gpuclaimctl_pods_waiting_longest_seconds", namespace=namespace,
+                         reason="Capacity") >= 0
+        wait_for(lambda: rc.metric("gpuclaimctl_pod_release_seconds_count", namespace=namespace) == 1,
+                 timeout=30, message=f"one release observed in namespace {namespace}")
+    finally:
+        cluster.cleanup()
