@@ -50,8 +50,9 @@ bench-informers: controlplane
 bench-placement: $(STAMP)
 	$(PY) -m benchmarks.placement_bench
 
+# BENCH_CONTROLLER_ARGS="--pods 100 --nodes 10" for a quick run; --help lists the rest.
 bench-controller: controlplane
-	$(PY) -m benchmarks.controller_bench
+	$(PY) -m benchmarks.controller_bench $(BENCH_CONTROLLER_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache
