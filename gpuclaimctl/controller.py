@@ -33,9 +33,11 @@ from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import Change, ClusterView
 from gpuclaimctl.sync.claims import sync_claim
 from gpuclaimctl.sync.classes import sync_class
-from gpuclaimctl.sync.context import CLAIM, CLASS, POD, Settings, SyncContext
+from gpuclaimctl.sync.budgets import sync_budget
+from gpuclaimctl.sync.context import BUDGET, CLAIM, CLASS, POD, Settings, SyncContext
 from gpuclaimctl.sync.pods import sync_pod
 from informers import (
+    GPU_BUDGETS,
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,
     GPU_CLASSES,
@@ -91,6 +93,8 @@ class Controller:
             pods=pods, claims=factory.gpu_claims(), nodes=factory.nodes(),
             classes=factory.gpu_classes(), templates=factory.gpu_claim_templates(),
             pvcs=factory.persistent_volume_claims(), pvs=factory.persistent_volumes(),
+            budgets=factory.gpu_budgets(),
+            budgets_synced=lambda: factory.informer_for(GPU_BUDGETS).has_synced(),
             writer=writer, view=self.view, memories=Memories(reject_for=settings.reject_for),
             turnstile=AgeTurnstile(), enqueue=self.queue.add, enqueue_after=self.queue.add_after,
             settings=settings, metrics=metrics, now=now)
@@ -113,6 +117,10 @@ class Controller:
                 EventHandlerFuncs(add=handlers.template_changed,
                                   update=lambda _o, n: handlers.template_changed(n)),
                 name="gpuclaimctl-templates"),
+            factory.informer_for(GPU_BUDGETS).add_event_handler(
+                EventHandlerFuncs(add=handlers.budget_changed,
+                                  update=handlers.budget_updated,
+                                  delete=handlers.budget_changed), name="gpuclaimctl-budgets"),
             factory.informer_for(PERSISTENT_VOLUME_CLAIMS).add_event_handler(
                 EventHandlerFuncs(add=handlers.pvc_changed, update=lambda _o, n: handlers.pvc_changed(n),
                                   delete=handlers.pvc_changed), name="gpuclaimctl-pvcs"),
@@ -263,6 +271,8 @@ def dispatch(ctx: SyncContext, key: str) -> None:
         sync_claim(ctx, key[len(CLAIM):])
     elif key.startswith(CLASS):
         sync_class(ctx, key[len(CLASS):])
+    elif key.startswith(BUDGET):
+        sync_budget(ctx, key[len(BUDGET):])
     else:
         log.error("dropping unknown key %r", key)
 
@@ -281,6 +291,11 @@ class Handlers:
     def enqueue_class(self, name: str) -> None:
         if name:
             self.queue.add_after(CLASS + name, CLASS_STATUS_DELAY)
+
+    def enqueue_budgets(self, namespace: str) -> None:
+        """The namespace's GPUBudgets' status follows its claims (at most once a second)."""
+        for b in self.ctx.budgets.list(namespace):
+            self.queue.add_after(BUDGET + keys.key_of(b), CLASS_STATUS_DELAY)
 
     def enqueue_classes(self) -> None:
         for c in self.ctx.classes.list():
@@ -376,6 +391,7 @@ class Handlers:
         self._enqueue_pods_of_claim(claim)
         if _holds_gpus(claim):
             self.enqueue_class(_class_of(claim))
+            self.enqueue_budgets(claim["metadata"].get("namespace", ""))
 
     def claim_updated(self, old: Obj, new: Obj) -> None:
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
@@ -390,6 +406,7 @@ class Handlers:
         if _holds_gpus(old) != _holds_gpus(new) or _class_of(old) != _class_of(new):
             self.enqueue_class(_class_of(old))
             self.enqueue_class(_class_of(new))
+            self.enqueue_budgets(new["metadata"].get("namespace", ""))
 
     def claim_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         claim = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
@@ -399,6 +416,7 @@ class Handlers:
         self._enqueue_pods_of_claim(claim)
         if _holds_gpus(claim):
             self.enqueue_class(_class_of(claim))
+            self.enqueue_budgets(claim["metadata"].get("namespace", ""))
 
     def _enqueue_pods_of_claim(self, claim: Obj) -> None:
         for p in self.ctx.pods.by_index(indexes.PODS_BY_CLAIM, keys.key_of(claim)):
@@ -458,6 +476,21 @@ class Handlers:
         name = cls["metadata"]["name"] if cls else keys.split(obj.key)[1]  # type: ignore[union-attr]
         self.view.delete_class(name)
         self.enqueue_waiting_pods()
+
+    def budget_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        """Added or deleted: the namespace's waiting pods look again (a pod
+        waiting on Budget may fit now; one that fit may wait on it)."""
+        budget = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        if budget is None:
+            return
+        ns = budget["metadata"].get("namespace", "")
+        self.queue.add_after(BUDGET + keys.key_of(budget), CLASS_STATUS_DELAY)
+        self.enqueue_waiting_pods(ns)
+
+    def budget_updated(self, old: Obj, new: Obj) -> None:
+        if old.get("spec") == new.get("spec"):
+            return  # its status (ours) or a resync
+        self.budget_changed(new)
 
     def template_changed(self, template: Obj) -> None:
         self.enqueue_waiting_pods(template["metadata"].get("namespace"))

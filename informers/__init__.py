@@ -18,6 +18,7 @@ from informers.factory import SharedInformerFactory
 from informers.listers import (
     ClusterLister,
     GPUClaimLister,
+    GPUBudgetLister,
     GPUClaimTemplateLister,
     GPUClassLister,
     NamespacedLister,
@@ -38,6 +39,7 @@ from informers.processor import EventHandler, EventHandlerFuncs
 from informers.reflector import Reflector
 from informers.resource import (
     CONFIG_MAPS,
+    GPU_BUDGETS,
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,
     GPU_CLASSES,
@@ -66,9 +68,11 @@ __all__ = [
     "EventHandlerFuncs",
     "FakeClock",
     "GPU_CLAIMS",
+    "GPU_BUDGETS",
     "GPU_CLAIM_TEMPLATES",
     "GPU_CLASSES",
     "GPUClaimLister",
+    "GPUBudgetLister",
     "GPUClaimTemplateLister",
     "GPUClassLister",
     "HandlerRegistration",

@@ -19,6 +19,7 @@ from informers.backoff import BackoffPolicy
 from informers.clock import Clock
 from informers.listers import (
     GPUClaimLister,
+    GPUBudgetLister,
     GPUClaimTemplateLister,
     GPUClassLister,
     NodeLister,
@@ -182,6 +183,9 @@ class SharedInformerFactory:
 
     def gpu_claim_templates(self) -> GPUClaimTemplateLister:
         return self._lister(GPUClaimTemplateLister)
+
+    def gpu_budgets(self) -> GPUBudgetLister:
+        return self._lister(GPUBudgetLister)
 
     def persistent_volume_claims(self) -> PersistentVolumeClaimLister:
         return self._lister(PersistentVolumeClaimLister)

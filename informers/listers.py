@@ -10,6 +10,7 @@ from typing import Mapping
 
 from informers.objects import KubeObject
 from informers.resource import (
+    GPU_BUDGETS,
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,
     GPU_CLASSES,
@@ -88,6 +89,10 @@ class GPUClaimLister(NamespacedLister):
 
 class GPUClaimTemplateLister(NamespacedLister):
     resource = GPU_CLAIM_TEMPLATES
+
+
+class GPUBudgetLister(NamespacedLister):
+    resource = GPU_BUDGETS
 
 
 class PersistentVolumeClaimLister(NamespacedLister):

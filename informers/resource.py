@@ -50,3 +50,4 @@ CRD_VERSION = "v1alpha1"
 GPU_CLASSES = Resource(CRD_GROUP, CRD_VERSION, "gpuclasses", namespaced=False)
 GPU_CLAIMS = Resource(CRD_GROUP, CRD_VERSION, "gpuclaims", namespaced=True)
 GPU_CLAIM_TEMPLATES = Resource(CRD_GROUP, CRD_VERSION, "gpuclaimtemplates", namespaced=True)
+GPU_BUDGETS = Resource(CRD_GROUP, CRD_VERSION, "gpubudgets", namespaced=True)

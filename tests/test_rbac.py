@@ -62,6 +62,11 @@ UNEXERCISED = {
         "without it"),
 }
 
+# Used only when the same event repeats on an object (the recorder then
+# patches its count, as client-go's does); whether a run repeats one
+# depends on timing, so neither "unused" nor "used" is asserted for it.
+SOMETIMES_USED = {("patch", "", "events", "")}
+
 Access = tuple[str, str, str, str]
 
 
@@ -220,6 +225,14 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
         kube.request(api_client, "PUT", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{ns}/"
                      "gpuclaims/shared/status", body=stale)
 
+        # A budget with room: placements are checked against it and its
+        # status is kept (the controller reads and writes GPUBudgets).
+        kube.request(api_client, "POST", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{ns}/"
+                     f"{api.BUDGET_PLURAL}", body={
+                         "apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": "GPUBudget",
+                         "metadata": {"name": "room", "namespace": ns},
+                         "spec": {"limits": [{"className": "*", "gpus": 64}]}})
+
         running = ControllerProcess("sa", str(kubeconfig), workdir,
                                     lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME)
         proc = running.start()
@@ -308,7 +321,7 @@ def test_the_api_server_refused_the_controller_nothing(stories: Stories) -> None
 def test_roles_grant_no_verb_or_resource_the_controller_did_not_use(stories: Stories) -> None:
     grants = granted(rbac_docs())
     uses = used(stories.audit)
-    unused = sorted(grants - uses - set(UNEXERCISED))
+    unused = sorted(grants - uses - set(UNEXERCISED) - SOMETIMES_USED)
     assert unused == [], (
         "deploy/ grants (verb, group, resource, subresource) the controller never used; "
         f"remove them or add them to UNEXERCISED with the reason: {unused}")

@@ -100,6 +100,12 @@ class Writer:
         return self._write("PUT", f"/apis/{api.GROUP}/{api.VERSION}/{api.CLASS_PLURAL}/{name}/status",
                            cls)
 
+    def update_budget_status(self, budget: Obj) -> Obj:
+        """Replace a GPUBudget's status; budget carries its resourceVersion."""
+        m = budget["metadata"]
+        return self._write("PUT", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{m['namespace']}/"
+                                  f"{api.BUDGET_PLURAL}/{m['name']}/status", budget)
+
     def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         try:
             self._write("DELETE", self._claim_path(namespace, name), {"preconditions": {"uid": uid}})

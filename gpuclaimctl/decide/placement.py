@@ -43,7 +43,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpuclaimctl.decide.budget import check_budgets, new_asks
 from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo, BudgetUse
 from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, VolumeConstraint, untolerated_taint
 from gpuclaimctl.model.snapshot import (
     NO_USE,
@@ -124,6 +126,8 @@ def decide(
     used: Usage,
     now: datetime,
     strategy: Strategy = Strategy.BINPACK,
+    budgets: Sequence[BudgetInfo] | None = (),
+    budget_use: BudgetUse = NO_BUDGET_USE,
 ) -> Decision:
     """Place the pod's whole set of claims on one node, or say why it waits.
 
@@ -132,13 +136,31 @@ def decide(
     still on their node, and every in-flight placement; a claim of this set
     with an in-flight placement is passed as Bound on that node, so it is
     kept there rather than placed twice.
+
+    `budgets` are the GPUBudgets of the pod's namespace (None: they cannot
+    be read yet), `budget_use` what counts against them (held and in
+    flight); the set is checked against them, as a whole, before a node is
+    chosen (decide.budget).
     """
     if not claims:
         raise ValueError("decide needs at least one claim")
     states, problem = _check_claims(pod, claims, cluster)
     if problem is not None:
         return problem
+    asks = new_asks(states)
+    if asks and budgets is None:
+        return _whole_set_waits(claims, WaitReason.BUDGETS_UNKNOWN,
+                                "the GPUBudgets of the namespace cannot be read yet; nothing new is "
+                                "placed in it until they can")
+    refusal = check_budgets(budgets or (), budget_use, asks)
+    if refusal is not None:
+        return _whole_set_waits(claims, WaitReason.BUDGET, refusal.message)
     return _Placer(pod, states, cluster, used, now, strategy).run()
+
+
+def _whole_set_waits(claims: Sequence[ClaimState | UnresolvedClaim], reason: WaitReason,
+                     message: str) -> Waiting:
+    return Waiting(reason, message, {c.name: ClaimWait(reason, message) for c in claims})
 
 
 def _check_claims(

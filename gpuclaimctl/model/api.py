@@ -21,6 +21,7 @@ CLAIM_KIND = "GPUClaim"
 TEMPLATE_KIND = "GPUClaimTemplate"
 CLASS_PLURAL = "gpuclasses"
 CLAIM_PLURAL = "gpuclaims"
+BUDGET_PLURAL = "gpubudgets"
 TEMPLATE_PLURAL = "gpuclaimtemplates"
 
 # The pod opts in with this scheduling gate and names its claims in the
@@ -73,6 +74,8 @@ class WaitReason(StrEnum):
     NODE_REJECTED = "NodeRejected"
     CORDONED = "Cordoned"
     INVALID_CLAIMS = "InvalidClaims"
+    BUDGET = "Budget"
+    BUDGETS_UNKNOWN = "BudgetsUnknown"
 
 
 class OnCordon(StrEnum):

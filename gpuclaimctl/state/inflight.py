@@ -58,6 +58,9 @@ class InFlight:
     state: WriteState = WriteState.SENDING
     # With WRITTEN, the resourceVersion the API server answered.
     written: int = 0
+    # Where the claim counts against GPUBudgets (decide.budget).
+    namespace: str = ""
+    class_name: str = ""
 
     def ended_by(self, rv_seen: int) -> bool:
         """Does a claim version `rv_seen` account for this write?"""
@@ -87,17 +90,20 @@ class InFlightPlacements:
         self._seen: dict[str, int] = {}
 
     def add(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
-            base: str | int) -> None:
+            base: str | int, *, namespace: str = "", class_name: str = "") -> None:
         """Count the GPUs from now on. A second add for the claim replaces the first."""
         b = base if isinstance(base, int) else parse_rv(base)
-        self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, b)
+        self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, b,
+                                            namespace=namespace, class_name=class_name)
 
     def add_seen_elsewhere(self, claim_uid: str, pod: PodRef, node: str, resource: str,
-                           count: int, rv: str) -> None:
+                           count: int, rv: str, *, namespace: str = "",
+                           class_name: str = "") -> None:
         """A claim a live read shows Bound at `rv` that the informer has not
         shown yet (a new leader's catch-up): counted until it does."""
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, -1,
-                                            WriteState.WRITTEN, parse_rv(rv))
+                                            WriteState.WRITTEN, parse_rv(rv),
+                                            namespace=namespace, class_name=class_name)
         self._end_if_seen(claim_uid)
 
     def written(self, claim_uid: str, rv: str) -> None:

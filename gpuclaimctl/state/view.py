@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuclaimctl.decide.capacity import claim_usage, combine, extended_resources
+from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
 from gpuclaimctl.state.inflight import InFlight, InFlightPlacements
 from gpuclaimctl.state.usage import UsageTracker
@@ -62,6 +63,9 @@ class ClusterView:
         # allocatable, taints or readiness last changed (ends rejections).
         self._unhealthy_since: dict[str, datetime] = {}
         self._changed_at: dict[str, datetime] = {}
+        # namespace -> claim uid -> (class, GPUs) of the claims holding GPUs
+        # on a node, as the informer shows them (what counts against budgets).
+        self._held_by_namespace: dict[str, dict[str, tuple[str, int]]] = {}
 
     # -- claims --------------------------------------------------------------------------
 
@@ -76,6 +80,7 @@ class ClusterView:
             totals = self._totals_at(before)
             # Usage first, then in flight: the GPUs are never uncounted.
             self.usage.set_claim(new)
+            self._hold_for_budgets(new)
             self.inflight.observe(uid, new["metadata"].get("resourceVersion", ""))
             return Change(freed_on=self._less(before, totals))
 
@@ -90,6 +95,33 @@ class ClusterView:
     def _forget_claim(self, uid: str) -> None:
         self.usage.delete_claim(uid)
         self.inflight.gone(uid)
+        for held in self._held_by_namespace.values():
+            if held.pop(uid, None) is not None:
+                break
+
+    def _hold_for_budgets(self, claim: Obj) -> None:
+        meta = claim["metadata"]
+        uid, ns = meta["uid"], meta.get("namespace", "")
+        held = self._held_by_namespace.setdefault(ns, {})
+        if claim_usage(claim, {}) is None:
+            held.pop(uid, None)
+        else:
+            spec = claim.get("spec") or {}
+            held[uid] = (str(spec.get("className") or ""), int(spec.get("count") or 0))
+
+    def budget_use(self, namespace: str) -> BudgetUse:
+        """GPUs of `namespace` per class: held (as the informer shows), and
+        placed by us but not yet shown held (in flight)."""
+        with self.lock:
+            held = self._held_by_namespace.get(namespace, {})
+            bound: dict[str, int] = {}
+            for cls, n in held.values():
+                bound[cls] = bound.get(cls, 0) + n
+            placing: dict[str, int] = {}
+            for e in self.inflight:
+                if e.namespace == namespace and e.claim_uid not in held:
+                    placing[e.class_name] = placing.get(e.class_name, 0) + e.count
+            return BudgetUse(bound, placing)
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -254,8 +286,10 @@ class ClusterView:
                 refs = (claim.get("status") or {}).get("reservedFor") or [{}]
                 pod = PodRef(refs[0].get("name", ""), refs[0].get("uid", ""))
                 node, resource, count = held
-                self.inflight.add_seen_elsewhere(meta.get("uid", ""), pod, node, resource, count,
-                                                 meta.get("resourceVersion", ""))
+                self.inflight.add_seen_elsewhere(
+                    meta.get("uid", ""), pod, node, resource, count, meta.get("resourceVersion", ""),
+                    namespace=meta.get("namespace", ""),
+                    class_name=str((claim.get("spec") or {}).get("className") or ""))
                 added += 1
         return added
 
@@ -307,7 +341,12 @@ class Decider:
     def in_flight(self, claim_uid: str) -> InFlight | None:
         return self._view.inflight.get(claim_uid)
 
+    def budget_use(self, namespace: str) -> BudgetUse:
+        return self._view.budget_use(namespace)
+
     def record(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
-               base: str) -> None:
-        """Count a placement just decided, until its write is seen back."""
-        self._view.inflight.add(claim_uid, pod, node, resource, count, base)
+               base: str, *, namespace: str = "", class_name: str = "") -> None:
+        """Count a placement just decided, until its write is seen back
+        (against the node's GPUs, and the budgets of `namespace`)."""
+        self._view.inflight.add(claim_uid, pod, node, resource, count, base,
+                                namespace=namespace, class_name=class_name)

@@ -18,6 +18,7 @@ from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import ClusterView
 from informers import (
+    GPUBudgetLister,
     GPUClaimLister,
     GPUClaimTemplateLister,
     GPUClassLister,
@@ -28,10 +29,12 @@ from informers import (
 )
 from metrics.controller import ControllerMetrics
 
-# The queue's key kinds: `pod:ns/name`, `claim:ns/name`, `class:name`.
+# The queue's key kinds: `pod:ns/name`, `claim:ns/name`, `class:name`,
+# `budget:ns/name`.
 POD = "pod:"
 CLAIM = "claim:"
 CLASS = "class:"
+BUDGET = "budget:"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class SyncContext:
     templates: GPUClaimTemplateLister
     pvcs: PersistentVolumeClaimLister
     pvs: PersistentVolumeLister
+    budgets: GPUBudgetLister
+    # False until the GPUBudget informer has listed: then nothing is placed
+    # (a namespace may have budgets we cannot see yet).
+    budgets_synced: Callable[[], bool]
     writer: Writer
     view: ClusterView
     memories: Memories

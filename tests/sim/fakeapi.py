@@ -69,6 +69,7 @@ _PLURAL_OF_KIND = {info.kind: plural for plural, info in KINDS.items()}
 # The Writer's methods, the ones `inject` can fail. tests/test_fakeapi.py
 # holds this equal to the public methods of the real Writer.
 WRITER_METHODS = ("create_claim", "update_claim", "update_claim_status", "update_class_status",
+                  "update_budget_status",
                   "delete_claim", "list_claims", "get_pod", "get_claim", "update_pod", "delete_pod", "event")
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -203,6 +204,10 @@ class FakeApi:
     def update_class_status(self, cls: Obj) -> Obj:
         return self._writer_call("update_class_status", cls,
                                  lambda: self._update(CLASSES, cls, _Part.STATUS, forced_ok=False))
+
+    def update_budget_status(self, budget: Obj) -> Obj:
+        return self._writer_call("update_budget_status", budget,
+                                 lambda: self._update(BUDGETS, budget, _Part.STATUS, forced_ok=False))
 
     def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         body = {"metadata": {"namespace": namespace, "name": name}, "preconditions": {"uid": uid}}

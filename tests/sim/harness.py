@@ -33,6 +33,7 @@ from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.controller import Handlers, dispatch
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.podclaims import has_gate, named_claims
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
@@ -41,6 +42,7 @@ from gpuclaimctl.state.view import ClusterView
 from gpuclaimctl.sync.context import Settings, SyncContext
 from informers import (
     DeletedFinalStateUnknown,
+    GPUBudgetLister,
     GPUClaimLister,
     GPUClaimTemplateLister,
     GPUClassLister,
@@ -50,7 +52,18 @@ from informers import (
     PodLister,
 )
 from informers.store import Indexer
-from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, PVCS, PVS, TEMPLATES, FakeApi, lost_answer
+from tests.sim.fakeapi import (
+    BUDGETS,
+    CLAIMS,
+    CLASSES,
+    NODES,
+    PODS,
+    PVCS,
+    PVS,
+    TEMPLATES,
+    FakeApi,
+    lost_answer,
+)
 
 Obj = dict[str, Any]
 KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES, PVCS, PVS)
@@ -186,6 +199,10 @@ class Controller:
                            lambda a, b: h().pvc_changed(b), lambda o: h().pvc_changed(o)),
             PVS: Informer(sim.fake, PVS, None, lambda o: h().pv_changed(o),
                           lambda a, b: h().pv_changed(b), lambda o: h().pv_changed(o)),
+            BUDGETS: Informer(sim.fake, BUDGETS, None,
+                              lambda o: (sim.budgets_seen(self), h().budget_changed(o)),
+                              lambda a, b: (sim.budgets_seen(self), h().budget_updated(a, b)),
+                              lambda o: (sim.budgets_seen(self), h().budget_changed(o))),
         }
         i = self.informers
         self.ctx = SyncContext(
@@ -193,6 +210,7 @@ class Controller:
             nodes=NodeLister(i[NODES].store), classes=GPUClassLister(i[CLASSES].store),
             templates=GPUClaimTemplateLister(i[TEMPLATES].store),
             pvcs=PersistentVolumeClaimLister(i[PVCS].store), pvs=PersistentVolumeLister(i[PVS].store),
+            budgets=GPUBudgetLister(i[BUDGETS].store), budgets_synced=lambda: True,
             writer=cast(Writer, sim.fake), view=self.view, memories=Memories(reject_for=60.0),
             turnstile=AgeTurnstile(max_wait=0.0), enqueue=self.queue.add,
             enqueue_after=self.queue.add_after,
@@ -202,7 +220,7 @@ class Controller:
     def start(self) -> None:
         """Initial lists, then one consistent claim list before the first
         decision (app._catch_up), then every object's key, as a resync."""
-        for kind in (NODES, CLASSES, TEMPLATES, PVCS, PVS, CLAIMS, PODS):
+        for kind in (NODES, CLASSES, TEMPLATES, PVCS, PVS, BUDGETS, CLAIMS, PODS):
             self.informers[kind].relist()
         self.view.catch_up(self.sim.fake.list_claims(), self.ctx.claims.get)
 
@@ -232,6 +250,11 @@ class Sim:
         self.fake = FakeApi(self.now)
         self.depth = 0
         self.pod_counter = 0
+        # (budget, className) -> the most GPUs the namespace may hold under
+        # that limit: the limit, or (when the controller saw it lowered
+        # below use) what was held and in flight when it saw it.
+        self.ceilings: dict[tuple[str, str], int] = {}
+        self._limits_seen: dict[tuple[str, str], int] = {}
         self.fake.before_write = self._at_write
         self._setup_cluster()
         self.ctl = Controller(self)
@@ -261,6 +284,57 @@ class Sim:
             self.fake.create(CLAIMS, {"metadata": {"name": f"shared{i}", "namespace": NS},
                                       "spec": {"className": ("alpha", "beta")[i % 2], "count": 1 + i,
                                                "reclaimPolicy": ("Release", "Retain")[i % 2]}})
+
+        if self.rng.random() < 0.7:
+            self.set_budget("team-a", {"alpha": self.rng.randint(2, 8), "*": self.rng.randint(4, 14)})
+
+    def set_budget(self, name: str, limits: Mapping[str, int] | None) -> None:
+        """Create, replace or (None) delete a GPUBudget of NS."""
+        old = self.fake.get(BUDGETS, NS, name)
+        if limits is None:
+            if old is not None:
+                self.fake.delete(BUDGETS, NS, name)
+            return
+        spec = {"limits": [{"className": c, "gpus": n} for c, n in limits.items()]}
+        if old is None:
+            self.fake.create(BUDGETS, {"metadata": {"name": name, "namespace": NS}, "spec": spec})
+        else:
+            old["spec"] = spec
+            self.fake.update(BUDGETS, old)
+
+    def change_budget(self) -> None:
+        roll = self.rng.random()
+        limits = None if roll < 0.2 else {"alpha": self.rng.randint(0, 10), "*": self.rng.randint(0, 16)}
+        self.note(f"admin sets budget team-a to {limits}")
+        self.set_budget("team-a", limits)
+
+    def held_in_namespace(self, covers: Callable[[str], bool]) -> int:
+        held = 0
+        for c in self.fake.list(CLAIMS).items:
+            st = c.get("status") or {}
+            if c["metadata"]["namespace"] == NS and covers(c["spec"]["className"]) and st.get("nodeName") \
+                    and (st.get("phase") == "Bound" or (st.get("phase") == "Lost" and st.get("reservedFor"))):
+                held += c["spec"]["count"]
+        return held
+
+    def budgets_seen(self, ctl: Controller) -> None:
+        """The controller's budget informer delivered: from now on its
+        decisions use these limits; what it had in flight may still land."""
+        seen: dict[tuple[str, str], int] = {}
+        for obj in ctl.informers[BUDGETS].store.list():
+            info = BudgetInfo.from_api(obj)
+            for limit in info.limits:
+                seen[(info.name, limit.class_name)] = limit.gpus
+        for key, gpus in seen.items():
+            if self._limits_seen.get(key) == gpus and key in self.ceilings:
+                continue
+            cls = key[1]
+            covers: Callable[[str], bool] = (lambda c: True) if cls == "*" else (lambda c: c == cls)
+            flying = sum(e.count for e in ctl.view.inflight if e.namespace == NS and covers(e.class_name))
+            self.ceilings[key] = max(gpus, self.held_in_namespace(covers) + flying)
+        for key in set(self.ceilings) - set(seen):
+            del self.ceilings[key]
+        self._limits_seen = seen
 
     def _create_class(self, name: str) -> None:
         self.fake.create(CLASSES, {"metadata": {"name": name},
@@ -376,6 +450,10 @@ class Sim:
         else:
             new.start()
         self.ctl = new
+        # Budgets bind the new process as its cache shows them (a lagging
+        # standby may not show one yet; see README "Budgets").
+        self._limits_seen = {}
+        self.budgets_seen(new)
 
     # -- users and other components ----------------------------------------------------------
 
@@ -391,6 +469,8 @@ class Sim:
             self.recreate_pod()
         elif roll < 0.88:
             self.toggle_class()
+        elif roll < 0.94:
+            self.change_budget()
         else:
             self.create_pod()
 
@@ -551,6 +631,12 @@ class Sim:
             if held.get(node, 0) > alloc:
                 raise InvariantBroken(f"I1 at {where}: node {node} has {held[node]} GPUs bound of "
                                       f"{alloc}\n" + self.trace())
+        # Budgets: never more held under a limit than its ceiling.
+        for (budget, cls), ceiling in self.ceilings.items():
+            held = self.held_in_namespace((lambda c: True) if cls == "*" else (lambda c: c == cls))
+            if held > ceiling:
+                raise InvariantBroken(f"budget at {where}: GPUBudget {budget} limit {cls} allows "
+                                      f"{ceiling}, {held} held\n" + self.trace())
         # I2: one pod per claim, a pod that names it; a template claim only its owner.
         for c in claims:
             refs = (c.get("status") or {}).get("reservedFor") or []
@@ -623,6 +709,15 @@ class Sim:
             need += c["spec"]["count"]
         if any((c.get("status") or {}).get("rejectedNodes") for c in claims.values()):
             return None  # a rejection may rightly keep it off the only node with room
+        by_class: dict[str, int] = {}
+        for name in names:
+            by_class[claims[name]["spec"]["className"]] = by_class.get(
+                claims[name]["spec"]["className"], 0) + claims[name]["spec"]["count"]
+        for obj in self.fake.list(BUDGETS).items:
+            for limit in BudgetInfo.from_api(obj).limits:
+                asks = sum(n for c, n in by_class.items() if limit.covers(c))
+                if asks and self.held_in_namespace(limit.covers) + asks > limit.gpus:
+                    return None  # its budget rightly holds it back
         return need
 
 
