@@ -33,6 +33,7 @@ from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed, Waiting, decide
 from gpuclaimctl.decide.podplan import Found, ToCreate
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.nodeaffinity import Taint, Toleration, untolerated_node_state_taint
 from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.model.owners import controller_ref
@@ -101,15 +102,19 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         ctx.turnstile.wait_turn(key, age)
         now = ctx.now()
         me = PodRef(info.name, info.uid)
+        budgets = _budgets(ctx, info.namespace)
         with ctx.view.deciding() as d:
             states = [_with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s
                       for s in states]
             states = _with_set_rejections(ctx, set_key, states, now)
-            decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy)
+            decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy,
+                              budgets=budgets, budget_use=d.budget_use(info.namespace))
             if isinstance(decision, Placed):
                 for a in decision.new_gpus():
+                    claim = raw[a.claim]
                     d.record(a.uid, me, a.node, a.resource, a.count,
-                             raw[a.claim]["metadata"].get("resourceVersion", ""))
+                             claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
+                             class_name=str((claim.get("spec") or {}).get("className") or ""))
 
     if isinstance(decision, Waiting):
         need = podplan.unbound_need(states, ctx.view.cluster().classes) \
@@ -169,6 +174,13 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
         ctx.metrics.template_claims_created.inc()
     log.debug("created template claim", extra={"pod": keys.key_of(pod), "claim": claim_name})
     return created
+
+
+def _budgets(ctx: SyncContext, namespace: str) -> list[BudgetInfo] | None:
+    """The namespace's GPUBudgets; None while they cannot be read."""
+    if not ctx.budgets_synced():
+        return None
+    return [BudgetInfo.from_api(b) for b in ctx.budgets.list(namespace)]
 
 
 def _with_inflight(pending: Any, state: ClaimState) -> ClaimState:
