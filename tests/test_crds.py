@@ -409,6 +409,7 @@ def test_invalid_claim_status_is_refused(
                      ["gcl"], id="claim"),
         pytest.param("gpuclaimtemplates.gpuclaimctl.io",
                      ["Class", "Count", "Reclaim", "Age"], ["gct"], id="template"),
+        pytest.param("gpubudgets.gpuclaimctl.io", ["Limits", "Used", "Age"], ["gb"], id="budget"),
     ],
 )
 def test_stored_crd_has_printer_columns_short_names_and_status(
@@ -460,4 +461,5 @@ def test_short_names_and_category_are_discoverable(
         "gpuclasses": (["gc"], ["gpuclaimctl"], False),
         "gpuclaims": (["gcl"], ["gpuclaimctl"], True),
         "gpuclaimtemplates": (["gct"], ["gpuclaimctl"], True),
+        "gpubudgets": (["gb"], ["gpuclaimctl"], True),
     }
