@@ -15,6 +15,21 @@ order that makes every step idempotent:
 A crash between any two writes leaves claims Bound and reserved for this
 pod; the next sync sees them, decides Keep, and goes on from step 3.
 
+What a placed pod costs, and why each write stays (issue 12):
+- a template or inline claim: one create (the API server drops `status` on
+  create, the CRD having a status subresource, so the bind cannot ride on
+  it) and one status update (Bound, node, reservedFor: the bind itself).
+  Our finalizer is in the create's body, so no update for it;
+- a user claim: the finalizer update (only the first time: a claim that
+  has it skips it) and the status update;
+- the pod: one update (gate removed, node pinned) -- the release;
+- nothing else on this path: the Normal event goes to the recorder
+  (client/events.py), off the write budget; a claim already bound as
+  planned, and a Waiting condition that says the same, are not written.
+A set's binds go one after another: under the client's rate limit sending
+them at once would add no throughput, and in this order a crash leaves at
+most the claims before it bound, which the next sync keeps.
+
 Every write's fate reaches the view: its answered resourceVersion, or that
 it failed (refused, or its answer lost); either way the GPUs stay counted
 until the informer shows a version of the claim that accounts for it.
