@@ -388,8 +388,18 @@ class Watch:
         self.errors: list[str] = []
         self._rv = ""
 
-    def start(self) -> Watch:
-        self._rv = self._list(initial=True)
+    def start(self, timeout: float = 60.0) -> Watch:
+        """List (again while the server answers 429 or 5xx, as a fresh CRD's
+        storage does while it initializes), then watch from that list."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._rv = self._list(initial=True)
+                break
+            except kube.ApiError as e:
+                if not (e.status == 429 or e.status >= 500) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
         self._thread.start()
         return self
 
@@ -464,7 +474,8 @@ class Watch:
         resp = self._resp
         if resp is not None:
             _close(resp)
-        self._thread.join(5.0)
+        if self._thread.ident is not None:  # started
+            self._thread.join(5.0)
 
 
 def _close(resp: Any) -> None:

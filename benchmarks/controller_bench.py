@@ -619,7 +619,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
     n = len(bench.counts)
     make_namespace(admin, namespace)
     times = PodTimes()
-    watch = Watch(admin, f"/api/v1/namespaces/{namespace}/pods", times.handle, "pods").start()
+    watch = Watch(admin, f"/api/v1/namespaces/{namespace}/pods", times.handle, "pods")
     notes: list[str] = []
     alive = subject.alive if subject is not None else (lambda: True)
     pid = subject.pid if subject is not None else 0
@@ -630,6 +630,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
     comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
     t0, t0_wall = time.monotonic(), time.time()
     try:
+        watch.start()
         if subject is not None:
             subject.start()
             pid = subject.pid
@@ -782,9 +783,9 @@ def run_wakeup(bench: Bench, namespace: str = "bench-wakeup") -> WakeupResult:
     args, admin = bench.args, bench.admin
     make_namespace(admin, namespace)
     times, claims, events = PodTimes(), ClaimLog(), EventLog()
-    watches = [Watch(admin, f"/api/v1/namespaces/{namespace}/pods", times.handle, "pods").start(),
-               Watch(admin, f"{CLAIMS}/namespaces/{namespace}/gpuclaims", claims.handle, "claims").start(),
-               Watch(admin, f"/api/v1/namespaces/{namespace}/events", events.handle, "events").start()]
+    watches = [Watch(admin, f"/api/v1/namespaces/{namespace}/pods", times.handle, "pods"),
+               Watch(admin, f"{CLAIMS}/namespaces/{namespace}/gpuclaims", claims.handle, "claims"),
+               Watch(admin, f"/api/v1/namespaces/{namespace}/events", events.handle, "events")]
     subject = ControllerProcess("wakeup", bench.kubeconfig, bench.workdir, [])
     fillers = [f"fill-{i:04d}" for i in range(len(bench.nodes))]
     counts = demands(args.wake_pods, args.seed + 1)
@@ -794,6 +795,8 @@ def run_wakeup(bench: Bench, namespace: str = "bench-wakeup") -> WakeupResult:
     notes: list[str] = []
     wakes: list[Wake] = []
     try:
+        for w in watches:
+            w.start()
         subject.start()
         say(f"wakeup: filling {len(fillers)} nodes, one {args.gpus_per_node}-GPU pod each")
         create_pods(admin, [pod_manifest(f, namespace, args.gpus_per_node) for f in fillers],
@@ -867,7 +870,9 @@ def _wake(bench: Bench, i: int, namespace: str, subject: ControllerProcess, time
     say(f"wakeup {i + 1}: {how}; oldest waiting pod that fits: {target}")
     done = times.wait(lambda: target in times.released, args.wake_timeout, subject.alive)
     if not done:
-        notes.append(f"{target} not released within {args.wake_timeout:.0f}s")
+        said = claims.said(f"{target}-{ENTRY}") or ("", "", "")
+        notes.append(f"{target} not released within {args.wake_timeout:.0f}s; its claim says "
+                     f"Waiting={said[0]} {said[1]}: {said[2]}")
     bench.audit.wait_quiet(CONTROLLER_AGENT, QUIET_SECONDS, 60.0, subject.alive)
     t_end, t_end_wall = time.monotonic(), time.time()
     after = sorted((t, p) for p in waiting if (t := times.released.get(p)) is not None and t >= t_free)
