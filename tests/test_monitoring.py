@@ -92,7 +92,8 @@ def exported_metric_names() -> set[str]:
     registry as app.build fills it, plus the elector's metrics."""
     registry = CollectorRegistry()
     api_client = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
-    app.build(api_client, Options(), registry)
+    _, controller = app.build(api_client, Options(), registry)
+    controller.shutdown(0)  # its queue's delay thread must not outlive the test
     LeaderElectionMetrics(registry)
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"),
                 "summary": ("_count", "_sum"), "gauge": ("",)}
