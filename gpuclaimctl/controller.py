@@ -24,6 +24,7 @@ from gpuclaimctl.client.fence import NotLeader
 from gpuclaimctl.client.errors import ApiError, Conflict
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
@@ -222,7 +223,8 @@ class Controller:
         return added
 
     def state_sample(self) -> StateSample:
-        """Claims by class and phase, GPUs allocatable and bound per class (for /metrics)."""
+        """Claims by class and phase, GPUs allocatable and bound per class,
+        each GPUBudget's limits and use (for /metrics)."""
         claims: dict[tuple[str, str], int] = {}
         bound: dict[str, int] = {}
         for c in self.ctx.claims.list():
@@ -237,7 +239,15 @@ class Controller:
             cls_info = ClassInfo.from_api(obj)
             allocatable[cls_info.name] = cls_info.allocatable(nodes)[1]
             bound.setdefault(cls_info.name, 0)
-        return StateSample(claims=claims, allocatable=allocatable, bound=bound)
+        budgets: dict[tuple[str, str, str, str], int] = {}
+        for obj in self.ctx.budgets.list():
+            info = BudgetInfo.from_api(obj)
+            use = self.ctx.view.budget_use(info.namespace)
+            for limit in info.limits:
+                held, placing = use.of(limit)  # as the budget's status.used counts it
+                budgets[(info.namespace, info.name, limit.class_name, "limit")] = limit.gpus
+                budgets[(info.namespace, info.name, limit.class_name, "used")] = held + placing
+        return StateSample(claims=claims, allocatable=allocatable, bound=bound, budgets=budgets)
 
     def gated_pods(self) -> tuple[list[Obj], list[Obj]]:
         """The pods that carry our gate, and the claims they name that the

@@ -2,9 +2,10 @@
 
 Counters and histograms are updated by the controller as things happen.
 Gauges of state (claims by phase and class, GPUs allocatable and bound per
-class, waiting pods by namespace and reason) are computed at scrape time
-from callbacks over the caches, so they can never drift from what the
-controller sees. Nothing is registered at import; the registry is injected.
+class, GPUBudget limits and use, waiting pods by namespace and reason) are
+computed at scrape time from callbacks over the caches, so they can never
+drift from what the controller sees. Nothing is registered at import; the
+registry is injected.
 
 A `namespace` label is bounded: the first `max_namespaces` namespaces seen
 (by any metric here, in the order seen) keep their own value for the life
@@ -68,11 +69,15 @@ class StateSample:
     claims: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (class, phase) -> n
     allocatable: Mapping[str, int] = field(default_factory=dict)         # class -> GPUs
     bound: Mapping[str, int] = field(default_factory=dict)               # class -> GPUs
+    # (namespace, budget, class or "*", "limit" | "used") -> GPUs; used is
+    # held plus being placed, the figure the placement checks.
+    budgets: Mapping[tuple[str, str, str, str], int] = field(default_factory=dict)
 
 
 class _StateCollector(Collector):
-    def __init__(self, sample: Callable[[], StateSample]) -> None:
+    def __init__(self, sample: Callable[[], StateSample], namespaces: NamespaceLabels) -> None:
         self._sample = sample
+        self._namespaces = namespaces
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self._sample()
@@ -89,9 +94,22 @@ class _StateCollector(Collector):
                                   labels=["class"])
         for cls, n in sorted(s.bound.items()):
             bound.add_metric([cls], n)
+        # Namespaces past the limit share `other`: their budgets' figures add up there.
+        folded: dict[tuple[str, str, str, str], int] = {}
+        for (ns, name, cls, kind), n in s.budgets.items():
+            key = (self._namespaces.label(ns), name, cls, kind)
+            folded[key] = folded.get(key, 0) + n
+        budgets = GaugeMetricFamily(
+            "gpuclaimctl_budget_gpus",
+            "GPUBudget figures per limit: kind=limit, the GPUs the namespace may hold of the class "
+            "(\"*\": all classes); kind=used, the GPUs held plus being placed.",
+            labels=["namespace", "budget", "class", "kind"])
+        for key in sorted(folded):
+            budgets.add_metric(list(key), folded[key])
         yield claims
         yield alloc
         yield bound
+        yield budgets
 
 
 @dataclass(frozen=True)
@@ -168,7 +186,7 @@ class ControllerMetrics:
 
     def set_state(self, state: Callable[[], StateSample]) -> None:
         """Export the gauges computed by `state` at scrape time (once)."""
-        self._registry.register(_StateCollector(state))
+        self._registry.register(_StateCollector(state, self.namespaces))
 
     def set_waiting(self, waits: Callable[[], Iterable[PodWait]]) -> None:
         """Export gpuclaimctl_pods_waiting and ..._longest_seconds, from the

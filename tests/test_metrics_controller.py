@@ -1,16 +1,20 @@
 """The controller's own metrics: bounded namespace labels, the waiting-pod
-gauges, and both on the real controller."""
+gauges, the budget gauges, and on the real controller."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from types import SimpleNamespace
+from typing import Any, Callable, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuclaimctl.cmd.options import Options
-from metrics.controller import OTHER_NAMESPACE, ControllerMetrics, NamespaceLabels, PodWait
+from gpuclaimctl.controller import Controller
+from metrics.controller import OTHER_NAMESPACE, ControllerMetrics, NamespaceLabels, PodWait, StateSample
+from tests.sim.harness import NS
+from tests.test_budgets import BudgetStory
 from tests.helpers import wait_for
 from tests.test_options_cli import captured, invoke  # noqa: F401  (captured is a fixture)
 
@@ -100,6 +104,51 @@ def test_a_namespace_admitted_by_the_waiting_gauge_keeps_its_label_for_releases(
                                      {"namespace": "first"}) == 1
     assert registry.get_sample_value("gpuclaimctl_pod_release_seconds_count",
                                      {"namespace": OTHER_NAMESPACE}) == 1
+
+
+def test_budget_gauges_show_each_limit_and_its_use_and_fold_namespaces_past_the_limit() -> None:
+    registry = CollectorRegistry()
+    figures = {("team-a", "quota", "a100", "limit"): 16, ("team-a", "quota", "a100", "used"): 12,
+               ("team-a", "quota", "*", "limit"): 20, ("team-a", "quota", "*", "used"): 14,
+               ("team-b", "quota", "h100", "limit"): 4, ("team-b", "quota", "h100", "used"): 1,
+               ("team-c", "quota", "h100", "limit"): 2, ("team-c", "quota", "h100", "used"): 2}
+    ControllerMetrics(registry, state=lambda: StateSample(budgets=figures), max_namespaces=1)
+
+    def value(ns: str, cls: str, kind: str) -> float | None:
+        return registry.get_sample_value("gpuclaimctl_budget_gpus", {
+            "namespace": ns, "budget": "quota", "class": cls, "kind": kind})
+
+    assert (value("team-a", "a100", "limit"), value("team-a", "a100", "used")) == (16, 12)
+    assert (value("team-a", "*", "limit"), value("team-a", "*", "used")) == (20, 14)
+    # Past --metrics-max-namespaces, budgets of one name and class add up under `other`.
+    assert (value(OTHER_NAMESPACE, "h100", "limit"), value(OTHER_NAMESPACE, "h100", "used")) == (6, 3)
+    assert value("team-b", "h100", "limit") is None
+    # Computed at each scrape: a budget deleted is gone from the next one.
+    figures.clear()
+    assert value("team-a", "a100", "limit") is None
+
+
+def test_the_controller_counts_a_placement_in_flight_as_used_by_its_budget() -> None:
+    """The gauge's `used` is the figure the placement checks: held, plus
+    placed and not yet seen back (here: sampled while the bind is written)."""
+    s = BudgetStory()
+    s.budget({"alpha": 4, "*": 6})
+
+    def sample() -> StateSample:
+        return Controller.state_sample(cast(Controller, SimpleNamespace(ctx=s.ctl.ctx)))
+
+    before = sample().budgets
+    assert before == {(NS, "team-a", "alpha", "limit"): 4, (NS, "team-a", "alpha", "used"): 0,
+                      (NS, "team-a", "*", "limit"): 6, (NS, "team-a", "*", "used"): 0}
+    during: list[StateSample] = []
+    s.at_write("update_claim_status", lambda: during.append(sample()))
+    s.place("p1", [{"name": "g", "className": "alpha", "count": 3}])
+    assert not s.gated("p1") and len(during) == 1
+    assert during[0].budgets[(NS, "team-a", "alpha", "used")] == 3, "in flight counts"
+    after = sample().budgets
+    assert after[(NS, "team-a", "alpha", "used")] == after[(NS, "team-a", "*", "used")] == 3
+    s.budget(None)
+    assert sample().budgets == {}
 
 
 def test_metrics_max_namespaces_is_a_flag_and_a_variable(captured: list[Options]) -> None:
