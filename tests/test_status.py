@@ -1,4 +1,4 @@
-"""`gpuclaimctl status`: what a person reads about GPUs, claims and waiting pods.
+"""`gpuclaimctl status`: what a person reads about GPUs, claims, budgets and waiting pods.
 
 Most tests render literal API objects (no cluster); the output is read back
 by the header's column positions, so a misaligned column reads wrong. One
@@ -22,6 +22,7 @@ from kubernetes import client
 from gpuclaimctl.cmd import cli
 from gpuclaimctl.model.api import (
     API_VERSION,
+    BUDGET_PLURAL,
     CLAIM_PLURAL,
     CLAIMS_ANNOTATION,
     CLASS_PLURAL,
@@ -31,7 +32,7 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.client.kube import request_json
 from gpuclaimctl.model.podclaims import template_claim_name
-from gpuclaimctl.cmd.statusview import human_duration, render
+from gpuclaimctl.cmd.statusview import BUDGETS_TITLE, human_duration, render
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"
@@ -80,6 +81,11 @@ def claim(name: str, class_name: str, count: int, *, ns: str = "team", phase: st
                              "message": waiting[1], "lastTransitionTime": "2025-06-01T11:00:00Z"}]
     return {"metadata": {"name": name, "namespace": ns}, "spec": {"className": class_name, "count": count},
             "status": st}
+
+
+def budget(name: str, limits: dict[str, int], *, ns: str = "team") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"limits": [{"className": c, "gpus": n} for c, n in limits.items()]}}
 
 
 def running_pod(name: str, node_name: str, gpus: int, *, ns: str = "team", phase: str = "Running",
@@ -227,6 +233,46 @@ def test_claims_are_counted_per_class_and_phase_including_classes_that_do_not_ex
     ]
 
 
+# -- budgets -------------------------------------------------------------------
+
+
+def test_each_budget_limit_shows_the_gpus_held_and_the_namespace_s_pods_waiting_on_budget() -> None:
+    budgets = [budget("team", {"a100": 4, "*": 6}), budget("other-team", {"a100": 1}, ns="other")]
+    claims = [
+        claim("train", "a100", 3, phase="Bound", node_name="gpu-a"),
+        claim("eval", "h100", 2, phase="Bound", node_name="gpu-h"),
+        # Lost and still reserved: its pod may still use the GPUs (counted, as capacity does).
+        claim("gone-node", "a100", 1, phase="Lost", node_name="gpu-x", reserved_for=["p"]),
+        claim("released", "a100", 1, phase="Lost", node_name="gpu-x"),
+        claim("waits", "a100", 2, waiting=("Budget", "GPUBudget team/team allows 4 a100 GPUs; ...")),
+        claim("waits-too", "h100", 2, waiting=("Budget", "GPUBudget team/team allows 6 GPUs ...")),
+        claim("no-room", "a100", 8, waiting=("Capacity", "no node has 8 free")),
+        claim("theirs", "a100", 5, ns="other", phase="Bound", node_name="gpu-a"),
+    ]
+    pods = [gated_pod("w1", [{"name": "g", "claim": "waits"}]),
+            gated_pod("w2", [{"name": "g", "claim": "waits-too"}]),
+            gated_pod("w3", [{"name": "g", "claim": "no-room"}])]
+    rows = section(render([], [], claims, pods, NOW, budgets), BUDGETS_TITLE)
+    assert rows == [
+        {"NAMESPACE": "other", "BUDGET": "other-team", "CLASS": "a100", "LIMIT": "1", "HELD": "5",
+         "WAITING": "0"},
+        {"NAMESPACE": "team", "BUDGET": "team", "CLASS": "a100", "LIMIT": "4", "HELD": "4", "WAITING": "2"},
+        {"NAMESPACE": "team", "BUDGET": "team", "CLASS": "*", "LIMIT": "6", "HELD": "6", "WAITING": "2"},
+    ]
+
+
+def test_every_budget_of_a_namespace_is_listed_and_one_without_limits_shows_dashes() -> None:
+    budgets = [budget("zeta", {"a100": 2}), budget("alpha", {})]
+    rows = section(render([], [], [], [], NOW, budgets), BUDGETS_TITLE) or []
+    assert [(r["BUDGET"], r["CLASS"], r["LIMIT"], r["HELD"]) for r in rows] == [
+        ("alpha", "-", "-", "-"), ("zeta", "a100", "2", "0")]
+
+
+def test_the_budget_section_says_held_leaves_out_placements_in_flight() -> None:
+    assert "HELD" in BUDGETS_TITLE and "in flight" in BUDGETS_TITLE
+    assert section(render([], [], [], [], NOW), BUDGETS_TITLE) is None
+
+
 # -- waiting pods --------------------------------------------------------------
 
 
@@ -308,7 +354,8 @@ def test_a_multi_line_message_stays_on_its_row() -> None:
 
 def test_an_empty_cluster_says_none_in_every_section() -> None:
     assert render([], [], [], [], NOW) == (
-        "GPUs per node and class\nnone\n\nClaims by phase\nnone\n\nWaiting pods\nnone\n"
+        f"GPUs per node and class\nnone\n\nClaims by phase\nnone\n\n{BUDGETS_TITLE}\nnone\n\n"
+        "Waiting pods\nnone\n"
     )
 
 
@@ -371,8 +418,8 @@ def test_an_unreachable_api_server_fails_with_one_line(tmp_path: Path) -> None:
 
 @pytest.fixture
 def cluster_objects(api_client: client.ApiClient, crds: list[str], namespace: str) -> Iterator[dict[str, str]]:
-    """A NotReady node with 4 GPUs, a class selecting it, a claim waiting
-    for Capacity and a gated pod using it. The controller is not running;
+    """A NotReady node with 4 GPUs, a class selecting it, a GPUBudget of 8
+    of that class, a claim waiting for Capacity and a gated pod using it. The controller is not running;
     the claim's condition is written as it would write it."""
     suffix = uuid.uuid4().hex[:6]
     names = {"node": f"status-node-{suffix}", "class": f"status-a100-{suffix}", "claim": "trainer-gpus",
@@ -397,6 +444,9 @@ def cluster_objects(api_client: client.ApiClient, crds: list[str], namespace: st
         create(claims_path, {
             "apiVersion": API_VERSION, "kind": "GPUClaim", "metadata": {"name": names["claim"]},
             "spec": {"className": names["class"], "count": 8}})
+        create(f"{crd_base}/namespaces/{namespace}/{BUDGET_PLURAL}", {
+            "apiVersion": API_VERSION, "kind": "GPUBudget", "metadata": {"name": "team"},
+            "spec": {"limits": [{"className": names["class"], "gpus": 8}]}})
         request_json(api_client, "PATCH", f"{claims_path}/{names['claim']}/status", content_type=MERGE_PATCH,
                      body={"status": {"phase": "Pending", "conditions": [{
                          "type": "Waiting", "status": "True", "reason": "Capacity",
@@ -429,6 +479,10 @@ def test_status_lists_the_cluster_s_classes_claims_and_waiting_pods(
     phases = {r["CLASS"]: r for r in section(text, "Claims by phase") or []}
     assert phases[cluster_objects["class"]] == {"CLASS": cluster_objects["class"], "PENDING": "1",
                                                 "BOUND": "0", "LOST": "0"}
+
+    budgets = [r for r in section(text, BUDGETS_TITLE) or [] if r["NAMESPACE"] == namespace]
+    assert budgets == [{"NAMESPACE": namespace, "BUDGET": "team", "CLASS": cluster_objects["class"],
+                        "LIMIT": "8", "HELD": "0", "WAITING": "0"}]
 
     waiting = {r["NAMESPACE/NAME"]: r for r in section(text, "Waiting pods") or []}
     pod = waiting[f"{namespace}/{cluster_objects['pod']}"]

@@ -166,7 +166,7 @@ def run(**flags: Any) -> None:
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
 @click.option("--context", default=None)
 def status(kubeconfig: str | None, context: str | None) -> None:
-    """Show GPUs per node and class, claims by phase, and waiting pods."""
+    """Show GPUs per node and class, claims by phase, budgets per namespace, and waiting pods."""
     from gpuclaimctl.cmd import statusview as status_mod
 
     sys.exit(status_mod.main(kubeconfig, context))

@@ -1,6 +1,6 @@
-"""`gpuclaimctl status`: the cluster's GPUs, claims and waiting pods, for a person.
+"""`gpuclaimctl status`: the cluster's GPUs, claims, budgets and waiting pods, for a person.
 
-Three sections, each read from one list of each resource:
+Four sections, each read from one list of each resource:
 1. GPUs per node and class: a node is listed under every class it offers
    (the class's nodeSelector matches and the node has the class's resource).
    BOUND is what Bound claims hold on the node for that resource (all
@@ -8,7 +8,14 @@ Three sections, each read from one list of each resource:
    no claim accounts for, as placement does (DESIGN.md §4). FREE can be
    negative: that is an overcommitted node, shown rather than hidden.
 2. Claims by phase, per class.
-3. Pods still held by the `gpuclaimctl.io/claims` gate, oldest first, with
+3. GPUBudgets per namespace, one row per limit: the limit, the GPUs the
+   namespace's claims of the classes it covers hold (HELD: Bound, or Lost
+   and still reserved, as capacity counts them), and how many of the
+   namespace's gated pods wait with reason Budget. The controller's own
+   figure (the budget's status.used) also counts its placements in flight,
+   which only it knows: read from the API, HELD leaves them out and can
+   trail that figure by the GPUs being placed.
+4. Pods still held by the `gpuclaimctl.io/claims` gate, oldest first, with
    why they wait: the Waiting condition of the first of their claims (in
    annotation order) that has one, or InvalidClaims with the parse error.
 
@@ -29,6 +36,7 @@ import urllib3
 from kubernetes import client
 
 from gpuclaimctl.model.api import (
+    BUDGET_PLURAL,
     CLAIM_PLURAL,
     CLASS_PLURAL,
     CONDITION_WAITING,
@@ -41,6 +49,7 @@ from gpuclaimctl.model.api import (
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError, NotFound
+from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 
@@ -78,6 +87,16 @@ class PhaseRow:
     pending: int
     bound: int
     lost: int
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    namespace: str
+    budget: str
+    class_name: str  # a GPUClass, "*" for all classes, "-" for a budget without limits
+    limit: int | None
+    held: int | None
+    waiting: int     # the namespace's gated pods whose reason is Budget
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,29 @@ def phase_rows(classes: Iterable[RawObject], claims: Iterable[RawObject]) -> lis
         PhaseRow(name, c[Phase.PENDING], c[Phase.BOUND], c[Phase.LOST])
         for name, c in sorted(counts.items())
     ]
+
+
+def budget_rows(budgets: Iterable[RawObject], claims: Iterable[RawObject],
+                waiting: Iterable[WaitingPod]) -> list[BudgetRow]:
+    """One row per limit of each GPUBudget (by namespace, then name; limits
+    in the order the budget lists them, as the controller checks them)."""
+    held: Counter[tuple[str, str]] = Counter()  # (namespace, class) -> GPUs
+    for claim in claims:
+        usage = claim_usage(claim, {})
+        if usage is not None:
+            held[(claim.get("metadata") or {}).get("namespace", ""),
+                 (claim.get("spec") or {}).get("className", "")] += usage[2]
+    on_budget = Counter(p.namespace for p in waiting if p.reason == WaitReason.BUDGET)
+    infos = sorted((BudgetInfo.from_api(b) for b in budgets), key=lambda b: (b.namespace, b.name))
+    rows = []
+    for b in infos:
+        waits = on_budget[b.namespace]
+        if not b.limits:
+            rows.append(BudgetRow(b.namespace, b.name, "-", None, None, waits))
+        for limit in b.limits:
+            covered = sum(n for (ns, cls), n in held.items() if ns == b.namespace and limit.covers(cls))
+            rows.append(BudgetRow(b.namespace, b.name, limit.class_name, limit.gpus, covered, waits))
+    return rows
 
 
 def is_gated(pod: RawObject) -> bool:
@@ -252,6 +294,7 @@ def render(
     claims: Iterable[RawObject],
     pods: Iterable[RawObject],
     now: datetime,
+    budgets: Iterable[RawObject] = (),
 ) -> str:
     """The status text for one snapshot. Pure: `now` only ages the pods.
 
@@ -262,6 +305,7 @@ def render(
     gpus = gpu_rows(nodes, classes, claims, pods)
     phases = phase_rows(classes, claims)
     waiting = waiting_pods(pods, claims)
+    per_limit = budget_rows(budgets, claims, waiting)
     sections = [
         _section(
             "GPUs per node and class",
@@ -272,6 +316,12 @@ def render(
             "Claims by phase",
             ("CLASS", "PENDING", "BOUND", "LOST"),
             [(r.class_name, r.pending, r.bound, r.lost) for r in phases],
+        ),
+        _section(
+            BUDGETS_TITLE,
+            ("NAMESPACE", "BUDGET", "CLASS", "LIMIT", "HELD", "WAITING"),
+            [(r.namespace, r.budget, r.class_name, _or_dash(r.limit), _or_dash(r.held), r.waiting)
+             for r in per_limit],
         ),
         _section(
             "Waiting pods",
@@ -290,6 +340,13 @@ def render(
     return "\n\n".join("\n".join(s) for s in sections) + "\n"
 
 
+BUDGETS_TITLE = "GPU budgets per namespace (HELD: GPUs claims hold now; placements in flight are not seen here)"
+
+
+def _or_dash(value: int | None) -> object:
+    return "-" if value is None else value
+
+
 def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     return [title, *(table(headers, rows) if rows else ["none"])]
 
@@ -303,6 +360,7 @@ class Snapshot:
     classes: list[dict[str, Any]]
     claims: list[dict[str, Any]]
     pods: list[dict[str, Any]]
+    budgets: list[dict[str, Any]]
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
@@ -323,13 +381,17 @@ def read(api: client.ApiClient) -> Snapshot:
             raise StatusError(
                 f"the {GROUP} CRDs are not installed on this cluster (deploy/crds)"
             ) from None
+        try:
+            budgets = kube.list_all(api, f"{base}/{BUDGET_PLURAL}")
+        except NotFound:
+            budgets = []  # installed before GPUBudgets existed: no namespace is limited
         pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
     except ApiError as e:
         raise StatusError(f"the API server refused a list: {_one_line(e)}") from None
     except (urllib3.exceptions.HTTPError, OSError) as e:
         host = api.configuration.host
         raise StatusError(f"cannot reach the API server at {host}: {_one_line(e)}") from None
-    return Snapshot(nodes, classes, claims, pods)
+    return Snapshot(nodes, classes, claims, pods, budgets)
 
 
 def main(kubeconfig: str | None, context: str | None) -> int:
@@ -341,5 +403,6 @@ def main(kubeconfig: str | None, context: str | None) -> int:
     except StatusError as e:
         click.echo(f"gpuclaimctl status: {e}", err=True)
         return 1
-    click.echo(render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc)), nl=False)
+    click.echo(render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc),
+                      snap.budgets), nl=False)
     return 0
