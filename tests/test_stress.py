@@ -19,18 +19,36 @@ placement hard at once:
 - the controller stopped (SIGSTOP) for a few seconds during the first
   placements and continued, so it goes on from caches behind the server;
   one class deleted and recreated (same name, same resourceName) a few
-  seconds later; the controller killed with SIGKILL and restarted.
+  seconds later; the controller killed with SIGKILL and restarted;
+- GPU budgets tighter than capacity (issue 13), in the same run: both
+  namespaces have GPUBudgets, with limits per class and for all classes
+  ("*"), the first namespace two of them (each must allow a placement);
+  the all-class limits sum to 22 of the 26 GPUs. The budget run shares the
+  shape rather than adding one: a run of its own would cost another ~45 s,
+  and every hard part above (a stalled controller, SIGKILL, a class gone,
+  churn freeing GPUs that wake the namespace's pods) is what could take a
+  namespace over its limit. The cluster as a whole no longer fills, but
+  nodes still do (binpack fills the most allocated node first, and the
+  classes split the nodes), so I1 is still tested at every node's edge.
+  The run fails if no limit was ever full (the budgets tested nothing).
 
 A sampler thread lists every GPUClaim of the cluster (and the nodes) over
 and over for the whole run and checks I1 on each list (one list is one
-resourceVersion, so one consistent state). Once the run has settled (no
+resourceVersion, so one consistent state), and on the same list that the
+GPUs held in each namespace (claims Bound, or Lost and still reserved) of
+the classes a limit covers never pass the limit (the budgets never change
+during the run, so the test knows them). Once the run has settled (no
 claim's phase, node or reservations and no pod's gate, node or phase
 changed for QUIET seconds, bounded by QUIET_MAX) it checks I2, I4 and a few
-cleanup rules of DESIGN §2/§5 on a fresh list, and that the controller went
+cleanup rules of DESIGN §2/§5 on a fresh list, that every gated pod waiting
+on Budget or Capacity waits for a true reason, that each budget's
+status.used is what its namespace holds, and that the controller went
 idle within the same bound: nothing of ours written for QUIET seconds (one
 that keeps rewriting conditions forever is in a loop, not working off a
 backlog). The `check_*` functions are pure, so that
-`test_each_check_trips_on_a_hand_made_violation` shows every one can fail.
+`test_each_check_trips_on_a_hand_made_violation` and
+`test_each_budget_check_trips_on_a_hand_made_violation` show every one can
+fail.
 
 The seed fixes the workload (sets, names, when the class goes and the
 controller dies); the interleaving with the controller is the machine's.
@@ -86,6 +104,11 @@ USER_CLAIMS = {"u0": ("a", 1, "Release"), "u1": ("b", 2, "Release"),
 # Per namespace: templates, (class key, count).
 TEMPLATES = {"ta1": ("a", 1), "ta2": ("a", 2), "tb1": ("b", 1), "tb2": ("b", 2)}
 MAX_SET = 8  # GPUs in one set: the biggest node
+# Per namespace (in run.namespaces' order): GPUBudget name -> {class key or
+# "*": GPUs}. The "*" limits sum to 22 of the 26 GPUs: budgets bind before
+# the cluster fills. The first namespace (65% of the pods) has two budgets.
+BUDGETS = ({"team": {"a": 9, "*": 13}, "b-cap": {"b": 6}}, {"team": {"*": 9}})
+ALL_CLASSES = "*"
 
 INITIAL_PODS = 44
 JOBS = 2  # in the first namespace, 2 completions each, one pod at a time
@@ -176,6 +199,67 @@ class Overcommit(str):
                                     f"{allocatable} (over by {held - allocatable}); claims: "
                                     f"{'; '.join(claims)}")
         self.node, self.resource, self.over = node, resource, held - allocatable
+        return self
+
+
+# (namespace, budget, className or "*", GPUs): one limit, as the test defined it.
+Limit = tuple[str, str, str, int]
+
+
+def held_per_class(claims: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """(namespace, className) -> GPUs its claims hold (holds_gpus, any node)."""
+    out: dict[tuple[str, str], int] = defaultdict(int)
+    for c in claims:
+        if holds_gpus(c):
+            spec = c.get("spec") or {}
+            out[(str(_meta(c).get("namespace")), str(spec.get("className")))] += int(spec.get("count") or 0)
+    return out
+
+
+def covered(held: Mapping[tuple[str, str], int], ns: str, cls: str) -> int:
+    """What a limit of `ns` on `cls` ("*": every class) counts of `held`."""
+    return sum(n for (n_ns, n_cls), n in held.items() if n_ns == ns and cls in (ALL_CLASSES, n_cls))
+
+
+def check_budgets_held(claims: Iterable[Mapping[str, Any]], limits: Iterable[Limit]) -> list[BudgetOver]:
+    """Per limit: the GPUs its namespace's claims of the classes it covers hold <= its GPUs."""
+    claims = list(claims)
+    held = held_per_class(claims)
+    out = []
+    for ns, budget, cls, gpus in limits:
+        n = covered(held, ns, cls)
+        if n > gpus:
+            who = sorted(f"{_cid(c)}={(c.get('spec') or {}).get('count')}({_status(c).get('phase')} on "
+                         f"{_status(c).get('nodeName')}, class {(c.get('spec') or {}).get('className')})"
+                         for c in claims if holds_gpus(c) and _meta(c).get("namespace") == ns
+                         and cls in (ALL_CLASSES, (c.get("spec") or {}).get("className")))
+            out.append(BudgetOver(ns, budget, cls, n, gpus, who))
+    return out
+
+
+def budget_refusal(ns: str, asks: Iterable[tuple[str, int]], held: Mapping[tuple[str, str], int],
+                   limits: Iterable[Limit]) -> str | None:
+    """The first limit of `ns` that held GPUs plus `asks` (className, GPUs)
+    would pass, in words; None when every limit allows them."""
+    asks = list(asks)
+    for l_ns, budget, cls, gpus in limits:
+        needs = sum(n for c, n in asks if cls in (ALL_CLASSES, c))
+        if l_ns == ns and needs and covered(held, ns, cls) + needs > gpus:
+            return f"{ns}/{budget} allows {gpus} of {cls}, {covered(held, ns, cls)} held, needs {needs}"
+    return None
+
+
+class BudgetOver(str):
+    """One budget failure: its text, and the figures behind it."""
+
+    key: tuple[str, str, str]
+    over: int
+
+    def __new__(cls, ns: str, budget: str, class_name: str, held: int, gpus: int,
+                claims: list[str]) -> BudgetOver:
+        self = super().__new__(cls, f"GPUBudget {ns}/{budget} {class_name}: {held} GPUs held > limit "
+                                    f"{gpus} (over by {held - gpus}); claims: {'; '.join(claims)}")
+        self.key, self.over = (ns, budget, class_name), held - gpus
         return self
 
 
@@ -336,7 +420,7 @@ def _parse_time(text: str) -> float:
 def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
                      nodes: Iterable[Mapping[str, Any]], classes: Mapping[str, Mapping[str, Any]],
                      templates: Mapping[tuple[str, str], Mapping[str, Any]],
-                     now: float) -> list[str]:
+                     now: float, limits: Iterable[Limit] = ()) -> list[str]:
     """I4, 'every pod whose set fits somewhere is released', kept simple.
 
     For each gated pod (not being deleted) whose annotation parses:
@@ -344,8 +428,10 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
       from its template (`templates[(ns, name)]`, a claim spec) or the entry;
     - the pod may legitimately wait, and is skipped, when a claim it names
       is reserved for another pod (ClaimInUse), is missing (user claim), is
-      under its template claim's name but an older pod's (NameTaken), or a
-      class it needs does not exist (or is being deleted);
+      under its template claim's name but an older pod's (NameTaken), a
+      class it needs does not exist (or is being deleted), or a limit of
+      its namespace (`limits`) would not allow the claims of its set that
+      hold nothing yet (Budget);
     - claims already holding GPUs (Bound) need nothing more on their node
       and their full count anywhere else: a set stays on its anchor node
       while that has room for the rest, and moves as a whole to a node with
@@ -368,6 +454,8 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             res = (classes.get(str((h.get("spec") or {}).get("className"))) or {}).get("resource", RESOURCE)
             held[(str(_status(h)["nodeName"]), str(res))] += int((h.get("spec") or {}).get("count") or 0)
     nodes = [n for n in nodes if node_usable(n)]
+    limits = list(limits)
+    held_ns = held_per_class(claims)
     out = []
     for p in pods:
         if not gated(p) or _meta(p).get("deletionTimestamp"):
@@ -379,6 +467,7 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             continue
         # (resource, count, node it holds GPUs on or None), per claim of the set
         parts: list[tuple[str, int, str | None]] = []
+        asks: list[tuple[str, int]] = []  # (class, GPUs) of the claims that hold nothing yet
         needed_classes: set[str] = set()
         rejected: set[str] = set()
         legit = ""
@@ -411,6 +500,10 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             needed_classes.add(str(spec.get("className")))
             on = str(_status(c)["nodeName"]) if c is not None and holds_gpus(c) else None
             parts.append((str(cls["resource"]), int(spec.get("count") or 0), on))
+            if on is None:
+                asks.append((str(spec.get("className")), int(spec.get("count") or 0)))
+        if not legit and limits:
+            legit = budget_refusal(ns, asks, held_ns, limits) or ""
         if legit:
             continue
         for n in nodes:
@@ -431,6 +524,113 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
                 out.append(f"gated pod {ns}/{pod} fits on node {node}: needs {dict(need)} more "
                            f"there, free {free}" + (f" (its bound claims are on {anchors})" if anchors else ""))
                 break
+    return out
+
+
+def pod_asks(pod: Mapping[str, Any], claims: Iterable[Mapping[str, Any]],
+             templates: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[tuple[str, int]]:
+    """(className, GPUs) of the claims of a pod's set that hold nothing yet:
+    what a placement would add to its namespace's budgets. A claim that does
+    not exist yet counts as its template or inline entry says."""
+    ns, pod_name = str(_meta(pod).get("namespace")), str(_meta(pod).get("name"))
+    by_name = {str(_meta(c).get("name")): c for c in claims if _meta(c).get("namespace") == ns}
+    try:
+        entries = json.loads((_meta(pod).get("annotations") or {}).get(api.CLAIMS_ANNOTATION) or "")
+    except ValueError:
+        return []
+    out = []
+    for e in entries:
+        c = by_name.get(str(e["claim"]) if "claim" in e else f"{pod_name}-{e['name']}")
+        if c is not None and holds_gpus(c):
+            continue
+        spec = (c.get("spec") if c is not None else None) or (
+            templates.get((ns, str(e["template"]))) if "template" in e else e) or {}
+        out.append((str(spec.get("className")), int(spec.get("count") or 0)))
+    return out
+
+
+def own_wait(pod: Mapping[str, Any], claims: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """Why a gated pod waits: the Waiting condition (reason, message) of the
+    first claim of its set, in annotation order, that is its own (a template
+    or inline claim it owns). A user claim that several pods name carries the
+    wait of whichever of them was decided last, so it does not tell."""
+    ns, uid = str(_meta(pod).get("namespace")), _meta(pod).get("uid")
+    by_name = {str(_meta(c).get("name")): c for c in claims if _meta(c).get("namespace") == ns}
+    try:
+        entries = json.loads((_meta(pod).get("annotations") or {}).get(api.CLAIMS_ANNOTATION) or "")
+    except ValueError:
+        return None
+    for e in entries:
+        c = by_name.get(f"{_meta(pod).get('name')}-{e['name']}") if "claim" not in e else None
+        if c is None or (controller_owner(c) or {}).get("uid") != uid:
+            continue
+        for cond in _status(c).get("conditions") or ():
+            if cond.get("type") == api.CONDITION_WAITING and cond.get("status") == "True":
+                return str(cond.get("reason")), str(cond.get("message"))
+    return None
+
+
+def check_waiting_reasons(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+                          nodes: Iterable[Mapping[str, Any]], classes: Mapping[str, Mapping[str, Any]],
+                          templates: Mapping[tuple[str, str], Mapping[str, Any]], limits: Iterable[Limit],
+                          now: float) -> tuple[list[str], Counter[str]]:
+    """Once quiet, every gated pod that waits on Budget or Capacity (as its
+    own claims say, `own_wait`) waits for a true reason:
+    - Budget: a limit of its namespace would be passed by the claims of its
+      set that hold nothing yet (held + asks > limit);
+    - Capacity: no node has room for its set. A pod waiting on Capacity in
+      a namespace also at its limit is fine as long as no node has room
+      either (both are true: the reason is the one of its last decision,
+      and another pod filling the namespace's budget wakes nobody); one
+      whose set fits somewhere is held by its budget and must say so;
+    - BudgetsUnknown (the budget informer not listed yet) never outlasts a
+      start.
+    A Capacity pod whose budget allows it and whose set fits is I4's
+    (check_gated_pods), not reported twice. Returns (failures, how many
+    gated pods wait for each reason; `unknown`: no claim of its own says)."""
+    claims, nodes, limits = list(claims), list(nodes), list(limits)
+    held = held_per_class(claims)
+    reasons: Counter[str] = Counter()
+    out = []
+    for pod in pods:
+        if not gated(pod) or _meta(pod).get("deletionTimestamp"):
+            continue
+        wait = own_wait(pod, claims)
+        reasons[wait[0] if wait else "unknown"] += 1
+        if wait is None:
+            continue
+        reason, message = wait
+        ns = str(_meta(pod).get("namespace"))
+        asks = pod_asks(pod, claims, templates)
+        refusal = budget_refusal(ns, asks, held, limits)
+        where = f"gated pod {ns}/{_meta(pod).get('name')}"
+        if reason == api.WaitReason.BUDGETS_UNKNOWN:
+            out.append(f"{where} still waits on BudgetsUnknown: {message}")
+        elif reason == api.WaitReason.BUDGET and refusal is None:
+            out.append(f"{where} waits on Budget, but every limit allows its set {asks}: {message}")
+        elif reason == api.WaitReason.CAPACITY and refusal is not None:
+            fits = check_gated_pods(claims, [pod], nodes, classes, templates, now)
+            if fits:
+                out.append(f"{where} waits on Capacity, but its budget holds it ({refusal}), not "
+                           f"capacity: {fits[0]}")
+    return out, reasons
+
+
+def check_budget_status(budgets: Iterable[Mapping[str, Any]],
+                        claims: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Once quiet (nothing in flight), each budget's status.used is what its
+    namespace holds per limit, and its Exceeded condition is False (the
+    limits never change, so use never passes them)."""
+    held = held_per_class(claims)
+    out = []
+    for b in budgets:
+        ns, name = str(_meta(b).get("namespace")), str(_meta(b).get("name"))
+        want = [{"className": lim["className"], "gpus": covered(held, ns, lim["className"])}
+                for lim in (b.get("spec") or {}).get("limits") or ()]
+        got = _status(b).get("used")
+        exceeded = [c.get("status") for c in _status(b).get("conditions") or () if c.get("type") == "Exceeded"]
+        if got != want or exceeded != ["False"]:
+            out.append(f"GPUBudget {ns}/{name}: status.used {got}, Exceeded {exceeded}; the claims hold {want}")
     return out
 
 
@@ -588,6 +788,24 @@ class Run:
             kube.request(self.api, "POST", f"{GROUP_PATH}/namespaces/{ns}/gpuclaimtemplates", body={
                 "apiVersion": api.API_VERSION, "kind": api.TEMPLATE_KIND, "metadata": {"name": name},
                 "spec": {"spec": {"className": self.classes[key], "count": count}}})
+        for name, limits in BUDGETS[self.namespaces.index(ns)].items():
+            kube.request(self.api, "POST", f"{GROUP_PATH}/namespaces/{ns}/{api.BUDGET_PLURAL}", body={
+                "apiVersion": api.API_VERSION, "kind": "GPUBudget", "metadata": {"name": name},
+                "spec": {"limits": [{"className": self.classes.get(key, key), "gpus": gpus}
+                                    for key, gpus in limits.items()]}})
+
+    def limits(self) -> list[Limit]:
+        """Every limit of every budget, as created (they never change)."""
+        return [(ns, name, self.classes.get(key, key), gpus)
+                for ns, budgets in zip(self.namespaces, BUDGETS)
+                for name, limits in budgets.items() for key, gpus in limits.items()]
+
+    def budgets(self) -> list[Obj]:
+        out: list[Obj] = []
+        for ns in self.namespaces:
+            out += kube.request_json(self.api, "GET",
+                                     f"{GROUP_PATH}/namespaces/{ns}/{api.BUDGET_PLURAL}")["items"]
+        return out
 
     def template_specs(self) -> dict[tuple[str, str], Obj]:
         return {(ns, name): {"className": self.classes[key], "count": count}
@@ -712,7 +930,8 @@ class Run:
 
 
 class Sampler(threading.Thread):
-    """Lists every claim and our nodes over and over; checks I1 on each list."""
+    """Lists every claim and our nodes over and over; checks I1 and the
+    budgets' limits on each list."""
 
     def __init__(self, kubeconfig: str, run: Run) -> None:
         super().__init__(daemon=True, name="i1-sampler")
@@ -726,6 +945,12 @@ class Sampler(threading.Thread):
         # (node, resource) -> [first t, last t, samples, max over, t of max, first text]
         self.episodes: dict[tuple[str, str], list[Any]] = {}
         self.seen_bound = 0
+        self.limits = run.limits()
+        self.budget_violations = 0
+        # (namespace, budget, class) -> [first t, last t, samples, max over, t of max, first text]
+        self.budget_episodes: dict[tuple[str, str, str], list[Any]] = {}
+        # (namespace, budget, class) -> the most GPUs held under the limit in one sample
+        self.budget_peak: dict[tuple[str, str, str], int] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -753,6 +978,20 @@ class Sampler(threading.Thread):
                 ep[1], ep[2] = at, ep[2] + 1
                 if v.over > ep[3]:
                     ep[3], ep[4] = v.over, at
+            held = held_per_class(claims)
+            for ns, budget, cls, _ in self.limits:
+                key = (ns, budget, cls)
+                self.budget_peak[key] = max(self.budget_peak.get(key, 0), covered(held, ns, cls))
+            over = check_budgets_held(claims, self.limits)
+            if over:
+                self.budget_violations += 1
+            for b in over:
+                ep = self.budget_episodes.setdefault(b.key, [
+                    at, at, 0, 0, at, f"t={at:.2f}s (list at rv {listed['metadata'].get('resourceVersion')}, "
+                                      f"last test event: {phase}): {b}"])
+                ep[1], ep[2] = at, ep[2] + 1
+                if b.over > ep[3]:
+                    ep[3], ep[4] = b.over, at
             self.samples += 1
             time.sleep(0.02)
 
@@ -763,6 +1002,22 @@ class Sampler(threading.Thread):
             out.append(f"node {node} {res}: over in {n} samples from t={first:.2f}s to t={last:.2f}s, "
                        f"by up to {over} GPUs (t={at:.2f}s); first seen {text}")
         return out
+
+    def budget_report(self) -> list[str]:
+        out = [f"{self.budget_violations} of {self.samples} samples had a namespace over a limit"]
+        for (ns, budget, cls), (first, last, n, over, at, text) in sorted(self.budget_episodes.items(),
+                                                                          key=lambda kv: kv[1][0]):
+            out.append(f"GPUBudget {ns}/{budget} {cls}: over in {n} samples from t={first:.2f}s to "
+                       f"t={last:.2f}s, by up to {over} GPUs (t={at:.2f}s); first seen {text}")
+        return out
+
+
+def budget_peaks(sampler: Sampler, run: Run) -> str:
+    """The most GPUs held under each limit in one sample, e.g. `ns-a/team *=13/13`."""
+    short = {run.namespaces[0]: "ns-a", run.namespaces[1]: "ns-b"}
+    inverse = {name: key for key, name in run.classes.items()}
+    return ", ".join(f"{short.get(ns, ns)}/{b} {inverse.get(c, c)}="
+                     f"{sampler.budget_peak.get((ns, b, c), 0)}/{gpus}" for ns, b, c, gpus in run.limits())
 
 
 @pytest.fixture
@@ -928,6 +1183,11 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
             failures["sampler"] = sampler.errors[:5]
         if sampler.violation_count:
             failures["I1 (sampled during the run)"] = sampler.report()
+        if sampler.budget_violations:
+            failures["budgets (sampled during the run)"] = sampler.budget_report()
+        final_budgets = check_budgets_held(claims, run.limits())
+        if final_budgets:
+            failures["budgets (final list)"] = list(final_budgets)
         final_i1 = check_i1(claims, allocatable_of(nodes), lambda c: resource_of.get(c, RESOURCE))
         if final_i1:
             failures["I1 (final list)"] = list(final_i1)
@@ -935,9 +1195,20 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
             failures["classes"] = [f"classes at the end: {sorted(classes)}, expected both of "
                                    f"{sorted(run.classes.values())}"]
         i2, i4 = check_reservations(ours, pods)
-        gated_fit = check_gated_pods(claims, pods, nodes, classes, run.template_specs(), time.time())
+        gated_fit = check_gated_pods(claims, pods, nodes, classes, run.template_specs(), time.time(),
+                                     run.limits())
+        reasons_wrong, reasons = check_waiting_reasons(claims, pods, nodes, classes, run.template_specs(),
+                                                       run.limits(), time.time())
+        # The budgets' status is written a second after the claims change: let it catch up.
+        budget_status = check_budget_status(run.budgets(), claims)
+        deadline = time.monotonic() + 10
+        while budget_status and time.monotonic() < deadline:
+            time.sleep(0.5)
+            budget_status = check_budget_status(run.budgets(), claims)
         for name, found in (("I2", i2), ("I4 (stale reservations)", i4),
                             ("I4 (gated pods whose set fits)", gated_fit),
+                            ("gated pods wait for a true reason", reasons_wrong),
+                            ("budget status", budget_status),
                             ("released pods hold their sets", check_released_pods(ours, pods)),
                             ("cleanup (DESIGN §2/§5)", check_cleanup(ours, pods))):
             if found:
@@ -953,6 +1224,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                    f"({run.recreated} under an old name), "
                    f"{len(run.deleted)} deleted; at the end {n_running} released, {n_gated} gated, "
                    f"{n_finished} finished, {held}/{sum(g for _, g, _, _ in NODES)} GPUs held, "
+                   f"gated by reason {dict(reasons.most_common())}, "
+                   f"budget peaks {budget_peaks(sampler, run)}, "
                    f"{ctl.tracebacks()} tracebacks in the controller log; "
                    f"{time.monotonic() - started:.0f}s")
         with capsys.disabled():
@@ -976,6 +1249,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         assert sampler.samples > 50, f"the sampler must have watched the run ({sampler.samples} samples)"
         assert sampler.seen_bound > 0, "nothing was ever bound: the run tested nothing"
         assert n_running > 0 and n_gated > 0, "the run must end with pods released and pods waiting"
+        assert any(sampler.budget_peak.get((ns, b, c)) == gpus for ns, b, c, gpus in run.limits()), \
+            f"no budget was ever full: the budget run tested nothing ({budget_peaks(sampler, run)})"
     finally:
         ctl.kill()
         for name in run.classes.values():
@@ -1107,3 +1382,67 @@ def test_each_check_trips_on_a_hand_made_violation() -> None:
     rej = _claim("w-g", 2, phase="Pending", node=None)
     rej["status"]["rejectedNodes"] = [{"nodeName": "n2", "until": "2999-01-01T00:00:00Z"}]
     assert check_gated_pods(bound + [rej], [w], nodes, classes, {}, time.time()) == []
+
+
+def _waiting(c: Obj, reason: str) -> Obj:
+    c["status"]["conditions"] = [{"type": api.CONDITION_WAITING, "status": "True", "reason": reason,
+                                  "message": f"waits on {reason}"}]
+    return c
+
+
+def test_each_budget_check_trips_on_a_hand_made_violation() -> None:
+    limits: list[Limit] = [("ns", "team", "a", 4), ("ns", "team", "*", 5), ("other", "team", "b", 1)]
+    # a: 3 + 1 (Lost, still reserved) = 4; all classes: 5. At both limits, over neither.
+    held = [_claim("x", 3, cls="a"), _claim("y", 1, cls="b"),
+            _claim("l", 1, cls="a", phase="Lost", reserved=[("p", "uid-p")])]
+    assert check_budgets_held(held, limits) == []
+    over = check_budgets_held([*held, _claim("z", 1, cls="b", node="n2")], limits)
+    assert len(over) == 1 and "GPUBudget ns/team *: 6 GPUs held > limit 5 (over by 1)" in over[0], over
+    nothing = [_claim("p", 4, phase="Pending", node=None), _claim("q", 2, phase="Lost"),
+               _claim("o", 9, ns="elsewhere")]
+    assert check_budgets_held([*held, *nothing], limits) == []
+    counts = held_per_class(held)
+    assert budget_refusal("ns", [("b", 1)], counts, limits) == "ns/team allows 5 of *, 5 held, needs 1"
+    assert budget_refusal("other", [("a", 3)], counts, limits) is None  # its limit is on b alone
+    assert budget_refusal("free", [("a", 30)], counts, limits) is None  # no budget: unlimited
+
+    # I4 knows a budget may hold a pod whose set fits.
+    classes = {"a": {"selector": {"pool": "a"}, "resource": RESOURCE}}
+    nodes = [_node("n1", 8, {"pool": "a"})]  # 4 held: 4 free
+    w = _pod("w", [{"name": "g", "className": "a", "count": 1}], gate=True)
+    assert check_gated_pods(held, [w], nodes, classes, {}, time.time())
+    assert check_gated_pods(held, [w], nodes, classes, {}, time.time(), limits) == []
+
+    # The reason a gated pod waits for is true.
+    def reasons(claims: list[Obj], pods: list[Obj], lims: list[Limit],
+                on: list[Obj] = nodes) -> tuple[list[str], Counter[str]]:
+        return check_waiting_reasons(claims, pods, on, classes, {}, lims, time.time())
+
+    on_budget = [*held, _waiting(_claim("w-g", 1, phase="Pending", node=None, template_of="w"), "Budget")]
+    assert reasons(on_budget, [w], limits) == ([], Counter({"Budget": 1}))
+    wrong, _ = reasons(on_budget, [w], [("ns", "team", "a", 10)])
+    assert len(wrong) == 1 and "every limit allows its set" in wrong[0], wrong
+    on_capacity = [*held, _waiting(_claim("w-g", 1, phase="Pending", node=None, template_of="w"), "Capacity")]
+    wrong, _ = reasons(on_capacity, [w], limits)
+    assert len(wrong) == 1 and "its budget holds it" in wrong[0] and "fits on node n1" in wrong[0], wrong
+    # Capacity and Budget both true (no node has room either): fine.
+    assert reasons(on_capacity, [w], limits, on=[_node("n1", 4, {"pool": "a"})])[0] == []
+    # A user claim several pods name carries the last decided pod's wait: it tells nothing.
+    wu = _pod("wu", [{"name": "u", "claim": "shared"}], gate=True)
+    shared = _waiting(_claim("shared", 1, phase="Pending", node=None), "Budget")
+    assert reasons([*held, shared], [wu], [("ns", "team", "a", 10)]) == ([], Counter({"unknown": 1}))
+    unknown = [*held, _waiting(_claim("w-g", 1, phase="Pending", node=None, template_of="w"),
+                               "BudgetsUnknown")]
+    wrong, _ = reasons(unknown, [w], limits)
+    assert len(wrong) == 1 and "BudgetsUnknown" in wrong[0], wrong
+
+    # A budget's status, once quiet.
+    def budget(used: int, exceeded: str = "False") -> Obj:
+        return {"metadata": {"name": "team", "namespace": "ns"},
+                "spec": {"limits": [{"className": "a", "gpus": 4}]},
+                "status": {"used": [{"className": "a", "gpus": used}],
+                           "conditions": [{"type": "Exceeded", "status": exceeded}]}}
+
+    assert check_budget_status([budget(4)], held) == []
+    assert check_budget_status([budget(3)], held)
+    assert check_budget_status([budget(4, "True")], held)
