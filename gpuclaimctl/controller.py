@@ -98,6 +98,7 @@ class Controller:
             budgets_synced=lambda: factory.informer_for(GPU_BUDGETS).has_synced(),
             writer=writer, view=self.view, memories=Memories(reject_for=settings.reject_for),
             turnstile=AgeTurnstile(), enqueue=self.queue.add, enqueue_after=self.queue.add_after,
+            wake=lambda change: handlers.woke(change),
             settings=settings, metrics=metrics, now=now)
         self.shutdown_timeout = shutdown_timeout
         handlers = Handlers(self.ctx, self.queue)

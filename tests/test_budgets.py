@@ -162,3 +162,34 @@ def test_placements_in_flight_count_against_the_budget_of_a_concurrent_decision(
                if (c.get("status") or {}).get("phase") == "Bound")
     assert held == 3
     assert not s.gated("p1") and s.gated("p2")
+
+
+def test_a_placement_in_flight_that_ends_without_landing_wakes_the_pods_it_held_back() -> None:
+    """P2 waits on Budget because P1's 3 GPUs are being placed; P1's bind is
+    refused (409) after the informer already showed the newer claim, so the
+    entry ends at once: that frees the budget, and P2 must be woken without
+    waiting for a resync. (Found by the budget stress work; the same held
+    for Capacity.)"""
+    s = BudgetStory(nodes=(8,))
+    s.budget({"alpha": 4})
+    s.fake.create(CLAIMS, {"metadata": {"name": "c2", "namespace": NS},
+                           "spec": {"className": "alpha", "count": 2}})
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 3}])
+    s.pod("p2", [{"name": "g", "claim": "c2"}])
+    s.see_all()
+    s.ctl.queue.ready.clear()
+
+    def during_p1_bind() -> None:
+        s.sync("pod:team/p2")
+        claim = s.fake.get(CLAIMS, NS, "p1-g")
+        assert claim is not None
+        claim["metadata"].setdefault("labels", {})["touched"] = "yes"
+        s.fake.update(CLAIMS, claim)  # P1's bind now carries a stale resourceVersion
+        s.fake.delete("pods", NS, "p1")
+        s.see_all()
+
+    s.at_write("update_claim_status", during_p1_bind)
+    s.sync("pod:team/p1")  # fails with Conflict: the worker would retry it
+    assert s.gated("p2")
+    s.drain()
+    assert not s.gated("p2")

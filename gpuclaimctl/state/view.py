@@ -249,18 +249,27 @@ class ClusterView:
         with self.lock:
             self.inflight.written(claim_uid, rv)
 
-    def write_failed(self, claim_uid: str, base: str | None = None) -> None:
-        """Refused, or its answer lost: counted until a newer version shows."""
+    def write_failed(self, claim_uid: str, base: str | None = None) -> Change:
+        """Refused, or its answer lost: counted until a newer version shows
+        (which may have shown already: then the GPUs may be free now)."""
         with self.lock:
-            self.inflight.settling(claim_uid, base)
+            return self._ending(claim_uid, lambda: self.inflight.settling(claim_uid, base))
 
-    def not_sent(self, claim_uid: str) -> None:
+    def not_sent(self, claim_uid: str) -> Change:
         with self.lock:
-            self.inflight.forget(claim_uid)
+            return self._ending(claim_uid, lambda: self.inflight.forget(claim_uid))
 
-    def settled(self, claim_uid: str, live_rv: str) -> None:
+    def settled(self, claim_uid: str, live_rv: str) -> Change:
         with self.lock:
-            self.inflight.settled(claim_uid, live_rv)
+            return self._ending(claim_uid, lambda: self.inflight.settled(claim_uid, live_rv))
+
+    def _ending(self, claim_uid: str, change: Callable[[], None]) -> Change:
+        """Apply `change` to the claim's entry; where GPUs it counted are
+        no longer counted, say so (the pods waiting for them wake)."""
+        before = self._held_pairs(claim_uid)
+        totals = self._totals_at(before)
+        change()
+        return Change(freed_on=self._less(before, totals))
 
     def unresolved(self) -> list[InFlight]:
         with self.lock:

@@ -103,7 +103,7 @@ def _settle_inflight(ctx: SyncContext, claim: Obj) -> None:
     live = ctx.writer.get_claim(meta["namespace"], meta["name"])
     if live is None or live["metadata"].get("uid") != uid:
         return  # gone: the informer's delete ends the entry
-    ctx.view.settled(uid, live["metadata"].get("resourceVersion", ""))
+    ctx.wake(ctx.view.settled(uid, live["metadata"].get("resourceVersion", "")))
 
 
 def _class_resource(ctx: SyncContext, claim: Obj) -> str | None:

@@ -16,7 +16,7 @@ from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model.api import Strategy
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
-from gpuclaimctl.state.view import ClusterView
+from gpuclaimctl.state.view import Change, ClusterView
 from informers import (
     GPUBudgetLister,
     GPUClaimLister,
@@ -66,6 +66,9 @@ class SyncContext:
     # Add a full queue key (`pod:ns/name`), now or after some seconds.
     enqueue: Callable[[str], None]
     enqueue_after: Callable[[str, float], None]
+    # Wake the pods a change of the view may let fit (GPUs freed when a
+    # placement in flight ends without landing).
+    wake: Callable[[Change], None]
     settings: Settings
     metrics: ControllerMetrics | None
     now: Callable[[], datetime]

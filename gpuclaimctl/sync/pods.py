@@ -151,7 +151,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         # Binds never sent hold nothing (one that was sent has its fate recorded).
         for a in decision.new_gpus():
             if a.uid not in sent:
-                ctx.view.not_sent(a.uid)
+                ctx.wake(ctx.view.not_sent(a.uid))
     ctx.writer.update_pod(podplan.released_pod(pod, decision.node))
     meta = pod["metadata"]
     created_at = parse_time(meta.get("creationTimestamp"))
@@ -240,7 +240,7 @@ def _bind(ctx: SyncContext, pod: Obj, claim: Mapping[str, Any], node: str, resou
     except Exception:
         # Refused (nothing written) or its answer lost (it may have landed):
         # either way the next version after `base` shows what happened.
-        ctx.view.write_failed(uid, base)
+        ctx.wake(ctx.view.write_failed(uid, base))
         ctx.enqueue(CLAIM + keys.key_of(claim))
         raise
     ctx.view.written(uid, written["metadata"].get("resourceVersion", ""))
