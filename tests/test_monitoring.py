@@ -29,8 +29,10 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
+from gpuclaimctl.client import kube
 from gpuclaimctl.cmd import app
 from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.model import api
 from metrics.leaderelection import LeaderElectionMetrics
 from tests.helpers import die_with_parent, free_port, wait_for
 
@@ -40,6 +42,7 @@ RULES = MONITORING / "rules.yml"
 PROMETHEUS_RULE = MONITORING / "alerts.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
 RULE_TESTS = sorted((REPO / "tests" / "monitoring").glob("*.yml"))
+CLAIMS = f"/apis/{api.GROUP}/{api.VERSION}"
 
 # Metric names in PromQL: ours, client-go's work queue and leader election.
 _METRIC = re.compile(r"\b(?:gpuclaimctl|workqueue|leader_election)_[a-zA-Z0-9_:]*")
@@ -138,8 +141,9 @@ def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_keeps_it_quiet()
 
 
 def test_the_alerts_are_the_ones_an_operator_is_promised() -> None:
-    assert set(alerts()) == {"GPUClaimPodWaitingTooLong", "GPUClaimPodWaitingForCapacity",
-                             "GPUClaimsLost", "GPUClaimCtlNoLeader", "GPUClaimCtlSyncErrors"}
+    assert set(alerts()) == {"GPUClaimPodWaitingTooLong", "GPUClaimPodWaitingForGPUs",
+                             "GPUClaimsLost", "GPUBudgetNearlyExhausted", "GPUClaimCtlNoLeader",
+                             "GPUClaimCtlSyncErrors"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("info", "warning", "critical"), name
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], name
@@ -158,8 +162,8 @@ def test_the_dashboard_shows_what_an_operator_looks_for() -> None:
     exprs = " ".join(e for _, e in panel_queries())
     for metric in ("gpuclaimctl_gpus_allocatable", "gpuclaimctl_gpus_bound", "gpuclaimctl_pods_waiting",
                    "gpuclaimctl_pod_release_seconds_bucket", "gpuclaimctl_placements_total",
-                   "workqueue_depth", "workqueue_work_duration_seconds_bucket",
-                   "leader_election_master_status"):
+                   "gpuclaimctl_budget_gpus", "workqueue_depth",
+                   "workqueue_work_duration_seconds_bucket", "leader_election_master_status"):
         assert metric in exprs, f"no panel shows {metric}"
     ids = [p["id"] for p in dashboard()["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
@@ -286,6 +290,9 @@ def test_prometheus_scraping_the_controller_answers_every_dashboard_query_with_d
     try:
         gpu_nodes("mon", gpus=4, labels=cluster.label)
         cls = cluster.gpu_class("a100")
+        kube.request(api_client, "POST", f"{CLAIMS}/namespaces/{namespace}/{api.BUDGET_PLURAL}", body={
+            "apiVersion": api.API_VERSION, "kind": "GPUBudget", "metadata": {"name": "quota"},
+            "spec": {"limits": [{"className": cls, "gpus": 16}]}})
         controller = controller_process()
         target = f"127.0.0.1:{controller.metrics_port}"
         prometheus = Prometheus(tmp_path, [target]).start()
