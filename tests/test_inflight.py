@@ -93,3 +93,17 @@ def test_entries_carry_the_pod_they_were_decided_for(inflight: InFlightPlacement
 @pytest.mark.parametrize("rv, parsed", [("12", 12), ("", -1), (None, -1), ("abc", -1)])
 def test_resource_versions_compare_as_integers(rv: object, parsed: int) -> None:
     assert parse_rv(rv) == parsed
+
+
+def test_a_later_write_from_an_older_version_failing_does_not_end_a_written_bind_early(
+        inflight: InFlightPlacements) -> None:
+    """The bind landed at 15; a second sync, reading the cache still at 10,
+    writes again and fails: the entry must still wait for 15, not end with
+    the first version after 10 (a version between the two, seen meanwhile,
+    does not show the bind). Found by the simulation's budget invariant
+    (seed 2060)."""
+    inflight.written("c1", "15")
+    inflight.settling("c1", "10")
+    inflight.observe("c1", "12")
+    assert inflight.get("c1") is not None
+    assert inflight.observe("c1", "15")

@@ -119,6 +119,13 @@ class InFlightPlacements:
         entry = self._entries.get(claim_uid)
         if entry is not None:
             b = entry.base if base is None else parse_rv(base)
+            if entry.state is WriteState.WRITTEN and b < entry.written:
+                # A later write computed from a version older than the one
+                # our earlier write produced cannot have landed (its
+                # precondition is stale); what we know landed still needs
+                # seeing. Settling on the older base would end the entry on
+                # a version between the two, before the bind shows.
+                return
             self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, base=b)
             self._end_if_seen(claim_uid)
 
