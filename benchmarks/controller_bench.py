@@ -545,6 +545,7 @@ class Result:
     released: int
     bound: int
     create_seconds: float    # first create sent .. last create returned
+    settle_seconds: float    # last release .. the subject's last request
     release_seconds: float   # first create sent .. last release seen
     bound_seconds: float     # first create sent .. last binding seen
     steady_release: float    # releases/s over the middle 80 % of releases
@@ -624,7 +625,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
     alive = subject.alive if subject is not None else (lambda: True)
     pid = subject.pid if subject is not None else 0
     returned: dict[str, float] = {}
-    create_seconds = cpu = all_delta = 0.0
+    create_seconds = cpu = all_delta = settle = 0.0
     requests: list[Request] = []
     retries: float | None = None
     comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
@@ -650,6 +651,14 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
         if not times.wait(lambda: len(times.bound) >= (len(times.released) if gated else n),
                           60.0 if gated else args.timeout, alive):
             notes.append(f"{len(times.bound)}/{n} bound")
+        if subject is not None:
+            # Events go out on their own budget (--event-qps) and may trail
+            # the releases: they are part of what a pod costs.
+            if not bench.audit.wait_quiet(subject.agent, QUIET_SECONDS, args.timeout, alive):
+                notes.append(f"the subject still sent requests {args.timeout:.0f}s after the last "
+                             "binding")
+            last_request = bench.audit.last(subject.agent) - time.time() + time.monotonic()
+            settle = max(0.0, last_request - max(times.released.values(), default=last_request))
         if pid and alive() and not wait_idle(pid, 30.0):
             notes.append("the subject did not idle within 30s")
         cpu = (process_cpu(pid) - cpu0) if pid else 0.0
@@ -680,7 +689,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
     release_seconds, steady_release = _span(list(released.values()), t0)
     bound_seconds, steady_bound = _span(list(bound.values()), t0)
     result = Result(
-        label, gated, n, len(released), len(bound), create_seconds, release_seconds,
+        label, gated, n, len(released), len(bound), create_seconds, settle, release_seconds,
         bound_seconds, steady_release, steady_bound, release_lat, bound_lat, cpu, by_verb(requests),
         sum(1 for r in requests if r.code == 409), all_delta, retries, comps, end_wall - t0_wall,
         (busy - machine0[0]) / max(1, total - machine0[1]), load(), tuple(notes))
@@ -723,16 +732,15 @@ class ClaimLog:
             v = self.versions.get(name)
             return v[-1][1] if v else None
 
-    def changes(self, name: str, start: float, end: float) -> tuple[int, int]:
-        """(changes of the condition, of its status or reason) seen in [start, end]."""
+    def changes(self, name: str, start: float, end: float) -> int:
+        """How often the condition changed in [start, end], as the watch saw it."""
         with self._cond:
             v = list(self.versions.get(name, ()))
-        changed = [i for i, (t, _) in enumerate(v) if i > 0 and start <= t <= end]
-        return len(changed), sum(1 for i in changed if v[i][1][:2] != v[i - 1][1][:2])
+        return sum(1 for i, (t, _) in enumerate(v) if i > 0 and start <= t <= end)
 
 
 class EventLog:
-    """The controller's events per pod, with when the watch saw them."""
+    """The controller's events, with when the watch first saw each."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -746,9 +754,15 @@ class EventLog:
                                  (now, (event.get("involvedObject") or {}).get("name", ""),
                                   str(event.get("reason", ""))))
 
-    def between(self, start: float, end: float) -> list[tuple[str, str]]:
+    def announces_change(self, name: str) -> bool:
+        """The event is its pod's first, or its reason differs from the pod's event before."""
         with self._lock:
-            return [(pod, reason) for t, pod, reason in self.seen.values() if start <= t <= end]
+            this = self.seen.get(name)
+            if this is None:
+                return False
+            earlier = [(t, reason) for t, pod, reason in self.seen.values()
+                       if pod == this[1] and t < this[0]]
+        return not earlier or max(earlier)[1] != this[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -765,7 +779,9 @@ class Wake:
     window: float           # freeing write .. the controller quiet
     writes: dict[str, int]  # the controller's writes in the window for pods still waiting
     changes: int            # of those pods' claims' Waiting condition
-    wasted: int             # writes beyond those changes (claim status, pod, event)
+    announcing: int         # of those writes, events that are their pod's first of a reason
+    late: int               # of those, for pods whose condition did not change in the window
+    wasted: int             # writes beyond the changes and the announcing events
     requests: dict[str, int]  # every request of the controller in the window
     load: tuple[float, float, float]
     notes: tuple[str, ...] = ()
@@ -816,7 +832,10 @@ def run_wakeup(bench: Bench, namespace: str = "bench-wakeup") -> WakeupResult:
         early = [p for p in waiting_pods if p in times.released]
         if early:
             notes.append(f"{len(early)} pods meant to wait were released: {', '.join(early[:5])}")
-        bench.audit.wait_quiet(CONTROLLER_AGENT, QUIET_SECONDS, 120.0, subject.alive)
+        # Their Warning events go out at --event-qps: a wake-up starts once they are all out.
+        if not bench.audit.wait_quiet(CONTROLLER_AGENT, QUIET_SECONDS, args.timeout, subject.alive):
+            notes.append(f"the controller still sent requests {args.timeout:.0f}s after the pods "
+                         "waited; the first wake-up counts what it still sent")
         for i in range(args.wakeups):
             if not subject.alive():
                 notes.append(f"the controller exited; log tail:\n{subject.tail()}")
@@ -884,20 +903,23 @@ def _wake(bench: Bench, i: int, namespace: str, subject: ControllerProcess, time
             return r.name
         if r.resource.startswith("gpuclaims"):
             return claims.owner.get(r.name) or r.name.removesuffix(f"-{ENTRY}")
+        if r.resource == "events":
+            return r.name.rsplit(".", 1)[0]  # <pod>.<suffix>, as generateName makes it
         return ""
 
     theirs = [r for r in requests if r.verb in MUTATING and pod_of(r) in still]
-    their_events = [(p, reason) for p, reason in events.between(t_free, t_end) if p in still]
-    writes = by_verb(theirs)
-    if their_events:
-        writes["create events (watched)"] = len(their_events)
-    changes = reason_changes = 0
-    for p in still:
-        c, r = claims.changes(f"{p}-{ENTRY}", t_free, t_end)
-        changes, reason_changes = changes + c, reason_changes + r
-    claim_writes = sum(1 for r in theirs if r.resource == "gpuclaims/status")
-    wasted = (max(0, claim_writes - changes) + sum(1 for r in theirs if r.resource.startswith("pods"))
-              + max(0, len(their_events) - reason_changes))
+    changed = {p: claims.changes(f"{p}-{ENTRY}", t_free, t_end) for p in still}
+    claim_writes: dict[str, int] = defaultdict(int)
+    for r in theirs:
+        if r.resource == "gpuclaims/status":
+            claim_writes[pod_of(r)] += 1
+    # A status write that changed the condition, and an event that is its
+    # pod's first of a reason, are what a waiting pod may cost.
+    announcing = [r for r in theirs if r.resource == "events" and r.verb == "create"
+                  and events.announces_change(r.name)]
+    late = sum(1 for r in announcing if not changed[pod_of(r)])
+    wasted = (len(theirs) - len(announcing)
+              - sum(min(n, changed[p]) for p, n in claim_writes.items()))
     if i % 2 == 1:
         now = kube.request_json(admin, "GET", f"/api/v1/nodes/{node}")["status"]["allocatable"]
         if now.get(api.DEFAULT_RESOURCE_NAME) != str(args.gpus_per_node + freed):
@@ -905,7 +927,8 @@ def _wake(bench: Bench, i: int, namespace: str, subject: ControllerProcess, time
     return Wake(how, freed, target, gpus.get(target, 0),
                 (times.released[target] - t_free) if done else None,
                 after[0][1] if after else "", (after[0][0] - t_free) if after else None,
-                len(after), len(still), t_end - t_free, writes, changes, wasted,
+                len(after), len(still), t_end - t_free, by_verb(theirs), sum(changed.values()),
+                len(announcing), late, wasted,
                 by_verb(requests), load(), tuple(notes))
 
 
@@ -934,6 +957,7 @@ def combined(name: str, runs: list[Result]) -> Result:
     return Result(
         name, runs[0].gated, sum(r.pods for r in runs), sum(r.released for r in runs),
         sum(r.bound for r in runs), sum(r.create_seconds for r in runs),
+        max(r.settle_seconds for r in runs),
         sum(r.release_seconds for r in runs), sum(r.bound_seconds for r in runs),
         mean([r.steady_release for r in runs]), mean([r.steady_bound for r in runs]),
         sorted(x for r in runs for x in r.release_latencies),
@@ -955,7 +979,7 @@ def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult
           f"{int(args.qps * 2)}; baseline: no decisions, same workers and limit")
     head = (f"{'scenario':<16} {'pods':>5} {'rel':>5} {'bound':>5} {'rel/s':>6} {'steady':>6} "
             f"{'bound/s':>7} {'rel p50':>7} {'rel p99':>7} {'bnd p50':>7} {'bnd p99':>7} "
-            f"{'create s':>8} {'CPU ms/pod':>10} {'409s':>5} {'busy':>5}  load 1/5/15")
+            f"{'create s':>8} {'settle s':>8} {'CPU ms/pod':>10} {'409s':>5} {'busy':>5}  load 1/5/15")
     print(head)
     print("-" * len(head))
 
@@ -967,7 +991,8 @@ def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult
               f"{_ms(percentile(r.release_latencies, 50)) if g else '-':>7} "
               f"{_ms(percentile(r.release_latencies, 99)) if g else '-':>7} "
               f"{_ms(percentile(r.bound_latencies, 50)):>7} {_ms(percentile(r.bound_latencies, 99)):>7} "
-              f"{r.create_seconds:>8.1f} {f'{r.cpu_ms_per_pod:.2f}' if g else '-':>10} "
+              f"{r.create_seconds:>8.1f} {f'{r.settle_seconds:.1f}' if g else '-':>8} "
+              f"{f'{r.cpu_ms_per_pod:.2f}' if g else '-':>10} "
               f"{r.conflicts if g else '-':>5} {r.machine_busy:>5.0%}  {_load(r.load)}")
         for note in r.notes:
             print(f"    ({note})")
@@ -984,14 +1009,15 @@ def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult
     print("rel/s: releases, first create to last release; steady: releases/s (bindings/s for plain pods)")
     print("over the middle 80 %; rel/bnd p50/p99: ms from creation to release / to binding by "
           "kube-scheduler;")
-    print("CPU ms/pod: the subject process, first create until it idled; 409s: its requests answered "
-          "Conflict;")
+    print("settle s: last release to the subject's last request (events trail on their own budget);")
+    print("CPU ms/pod: the subject process, first create until it settled and idled; 409s: its requests "
+          "answered Conflict;")
     print("busy: all cores, whatever ran; load: uptime's averages when the scenario ended")
     subjects = [r for r in results if r.gated]
     if subjects:
         print()
         print("API requests per pod of the subject, by verb and resource (audit log, the subject's "
-              "User-Agent, first create until it idled):")
+              "User-Agent, first create until it settled):")
         kinds = sorted({k for r in subjects for k in r.requests}, key=lambda k: (k.split(" ", 1)[1], k))
         print(f"  {'':<34}" + "".join(f"{r.scenario[:14]:>15}" for r in subjects))
         for k in kinds:
@@ -1033,8 +1059,9 @@ def report_wakeup(args: argparse.Namespace, w: WakeupResult) -> None:
               f"{k.released} released, {k.waiting} still waiting; load {_load(k.load)}")
         print(f"     writes for pods still waiting: {sum(k.writes.values())} "
               f"({', '.join(f'{v} {n}' for n, v in sorted(k.writes.items())) or 'none'}); "
-              f"their claims' Waiting condition changed {k.changes} times; "
-              f"writes beyond those changes: {k.wasted}")
+              f"their claims' Waiting condition changed {k.changes} times; {k.announcing} events "
+              f"announce a new reason ({k.late} of them a change from before the wake); "
+              f"writes beyond those: {k.wasted}")
         print(f"     every request of the controller in the window: "
               + (", ".join(f"{v} {n}" for n, v in sorted(k.requests.items())) or "none"))
         for note in k.notes:
@@ -1089,7 +1116,7 @@ def report_targets(args: argparse.Namespace, results: list[Result], w: WakeupRes
              f"<= {TARGET_WAKE_SECONDS:g} s each",
              None not in lats and worst is not None and worst <= TARGET_WAKE_SECONDS, w.wakes[-1].load)
         wasted = [k.wasted for k in w.wakes]
-        line("wake-up: writes for waiting pods, condition unchanged", ", ".join(map(str, wasted)),
+        line("wake-up: writes for waiting pods, nothing to tell", ", ".join(map(str, wasted)),
              "0 each", not any(wasted), w.wakes[-1].load)
 
 
