@@ -99,7 +99,7 @@ SAMPLE_ARGS: dict[str, tuple[Any, ...]] = {
     "update_class_status": ({"metadata": {"name": "a100", "resourceVersion": "1"}},),
     "update_budget_status": ({"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "1"}},),
     "delete_claim": ("ns", "c", "u"), "list_claims": (), "get_pod": ("ns", "p"), "get_claim": ("ns", "c"),
-    "update_pod": (SAMPLE_POD,), "delete_pod": ("ns", "p", "u", "1"),
+    "patch_pod": ("ns", "p", []), "delete_pod": ("ns", "p", "u", "1"),
     "event": (SAMPLE_POD, "Warning", "Capacity", "no node has 2 free GPUs"),
 }
 ANSWERS = [(404, "NotFound"), (409, "Conflict"), (409, "AlreadyExists"), (422, "Invalid"),

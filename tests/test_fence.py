@@ -150,7 +150,7 @@ def test_a_write_after_the_renew_deadline_is_refused_unsent(
         lambda: writer.update_claim_status(claim()),
         lambda: writer.update_class_status({"metadata": {"name": "a100"}}),
         lambda: writer.delete_claim("ns", "c", "uid-1"),
-        lambda: writer.update_pod({"metadata": {"namespace": "ns", "name": "p"}}),
+        lambda: writer.patch_pod("ns", "p", []),
         lambda: writer.delete_pod("ns", "p", "uid-2", "9"),
     ]
     for write in refused:
@@ -166,13 +166,13 @@ def test_a_write_that_waited_for_a_rate_limiter_token_past_the_deadline_is_refus
     limiter = TokenBucket(qps=0.25, burst=1, clock=fake.clock, sleep=fake.sleep)
     writer = Writer(api, fence=fence, limiter=limiter)  # type: ignore[arg-type]
     fence.extend(fake.now, RENEW, LEASE)
-    writer.update_pod({"metadata": {"namespace": "ns", "name": "first"}})
+    writer.patch_pod("ns", "first", [])
 
     fake.now += 1.0
     fence.check()  # when the write was asked for, it was still allowed...
     with pytest.raises(NotLeader):
         # ...but its token came 3 s later, past the renew deadline.
-        writer.update_pod({"metadata": {"namespace": "ns", "name": "second"}})
+        writer.patch_pod("ns", "second", [])
     assert fake.slept == pytest.approx([3.0])
     assert [url for _, url in api.sent] == ["https://api/api/v1/namespaces/ns/pods/first"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api
-from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, lost_answer
+from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, _Part, lost_answer
 from tests.sim.harness import NS, RESOURCE, Sim
 
 Obj = dict[str, Any]
@@ -232,7 +232,7 @@ def test_a_gated_pod_that_drops_a_reserved_claim_from_its_annotation_lets_go_of_
     s.claim("drop", 2)
     s.pod("p", [{"name": "a", "claim": "keep"}, {"name": "b", "claim": "drop"}])
     s.see_all()
-    s.fake.inject("update_pod", lost_answer(), landed=False)
+    s.fake.inject("patch_pod", lost_answer(), landed=False)
     s.sync("pod:team/p")
     s.see_all()
     assert s.gated("p") and s.bound_on("n0") == 3
@@ -382,3 +382,42 @@ def test_oldest_first_holds_among_queued_pods_not_only_those_in_workers() -> Non
         q.shut_down()
     assert got == ["claim:team/c", "class:alpha", "pod:team/gone", "pod:team/old", "pod:team/mid",
                    "pod:team/young"]
+
+
+def test_a_status_write_on_the_gated_pod_does_not_cost_the_release_a_round_trip() -> None:
+    """Issue 12 item 2: kube-scheduler writes a gated pod's status
+    (SchedulingGated) soon after creation; the release is a JSON patch that
+    tests what the decision read, so that write does not make it conflict."""
+    s = Story(nodes=(4,))
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+
+    def scheduler_writes_status() -> None:
+        pod = s.fake.get(PODS, NS, "p1")
+        assert pod is not None
+        pod["status"] = {"conditions": [{"type": "PodScheduled", "status": "False",
+                                         "reason": "SchedulingGated"}]}
+        s.fake._update(PODS, pod, _Part.STATUS, forced_ok=False)
+    s.at_write("update_claim_status", scheduler_writes_status)
+    s.sync("pod:team/p1")
+    assert not s.gated("p1")
+    pod = s.fake.get(PODS, NS, "p1")
+    assert pod is not None and pod["metadata"]["annotations"][api.PLACED_NODE_ANNOTATION] == "n0"
+
+
+def test_a_release_after_the_claims_annotation_changed_is_refused_and_decided_again() -> None:
+    s = Story(nodes=(4,))
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+
+    def user_edits() -> None:
+        pod = s.fake.get(PODS, NS, "p1")
+        assert pod is not None
+        pod["metadata"]["annotations"][api.CLAIMS_ANNOTATION] = json.dumps(
+            [{"name": "g", "className": "alpha", "count": 3}])
+        s.fake.update_pod(pod)
+    s.at_write("update_claim_status", user_edits)
+    s.sync("pod:team/p1")
+    assert s.gated("p1")  # the patch's test failed (422): nothing released on the old reading
+    s.drain()
+    assert not s.gated("p1")

@@ -135,9 +135,13 @@ class Writer:
         except NotFound:
             return None
 
-    def update_pod(self, pod: Obj) -> Obj:
-        m = pod["metadata"]
-        return self._write("PUT", f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", pod)
+    def patch_pod(self, namespace: str, name: str, ops: list[Obj]) -> Obj:
+        """Apply a JSON patch (RFC 6902); its `test` ops stand for the
+        preconditions (a failed one is 422 Invalid)."""
+        result: Obj = kube.request_json(self._api, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                        body=ops, content_type="application/json-patch+json",
+                                        fence=self._fence, limiter=self._limiter)
+        return result
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         """Delete with uid and resourceVersion preconditions; False if it changed or is gone."""

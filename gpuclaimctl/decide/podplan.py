@@ -183,15 +183,47 @@ def unreserved_claim(claim: Mapping[str, Any], pod_uid: str) -> Obj | None:
     return out
 
 
-def released_pod(pod: Mapping[str, Any], node: str) -> Obj:
-    """A copy of `pod` without our gate, pinned to `node` and marked as placed by us."""
-    released = copy.deepcopy(dict(pod))
-    spec = released["spec"]
-    spec["schedulingGates"] = [g for g in spec.get("schedulingGates") or ()
-                               if g.get("name") != api.SCHEDULING_GATE]
-    spec["affinity"] = pin_to_node(spec.get("affinity"), node)
-    released["metadata"].setdefault("annotations", {})[api.PLACED_NODE_ANNOTATION] = node
-    return released
+def release_patch(pod: Mapping[str, Any], node: str) -> list[Obj]:
+    """The release as a JSON patch (RFC 6902): our gate removed, the pod
+    pinned to `node` (nodeaffinity.pin_to_node) and marked placed there,
+    with `test`s of what the decision read instead of the resourceVersion.
+
+    An update with the resourceVersion fails with 409 whenever anything of
+    the pod changed since the cache showed it -- and kube-scheduler writes
+    a gated pod's status (PodScheduled=False, SchedulingGated) soon after it
+    is created, so most releases lost a round trip and a sync to that. The
+    patch fails (422) only if the pod is another (uid), is no longer gated
+    as read, or its claims annotation, node selector, tolerations or
+    affinity changed: then the pod is decided again, as after a conflict.
+    A field absent when read cannot be tested absent; one added meanwhile
+    makes the scheduler refuse the pinned pod at worst, which the refused
+    pod path handles."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    gates = list(spec.get("schedulingGates") or ())
+    annotations = meta.get("annotations") or {}
+    ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                      {"op": "test", "path": "/spec/schedulingGates", "value": gates}]
+    if api.CLAIMS_ANNOTATION in annotations:
+        ops.append({"op": "test", "path": "/metadata/annotations/" + _pointer(api.CLAIMS_ANNOTATION),
+                    "value": annotations[api.CLAIMS_ANNOTATION]})
+    for field in ("nodeSelector", "tolerations", "affinity"):
+        if spec.get(field) is not None:
+            ops.append({"op": "test", "path": f"/spec/{field}", "value": spec[field]})
+    ops.append({"op": "replace", "path": "/spec/schedulingGates",
+                "value": [g for g in gates if g.get("name") != api.SCHEDULING_GATE]})
+    ops.append({"op": "add", "path": "/spec/affinity", "value": pin_to_node(spec.get("affinity"), node)})
+    if annotations:
+        ops.append({"op": "add", "path": "/metadata/annotations/" + _pointer(api.PLACED_NODE_ANNOTATION),
+                    "value": node})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations",
+                    "value": {api.PLACED_NODE_ANNOTATION: node}})
+    return ops
+
+
+def _pointer(key: str) -> str:
+    """A map key as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def set_key(pod: Mapping[str, Any], entries: Sequence[ClaimEntry]) -> tuple[str, str]:

@@ -10,7 +10,7 @@ order that makes every step idempotent:
 1. create missing template claims (deterministic names: found again by name);
 2. add our finalizer, then bind and reserve each claim (status, with its
    resourceVersion); the claims of a set are independent of each other;
-3. release the pod in ONE update with the resourceVersion it was read at.
+3. release the pod in ONE patch that tests what the decision read of it.
 
 A crash between any two writes leaves claims Bound and reserved for this
 pod; the next sync sees them, decides Keep, and goes on from step 3.
@@ -22,7 +22,10 @@ What a placed pod costs, and why each write stays (issue 12):
   Our finalizer is in the create's body, so no update for it;
 - a user claim: the finalizer update (only the first time: a claim that
   has it skips it) and the status update;
-- the pod: one update (gate removed, node pinned) -- the release;
+- the pod: one JSON patch (gate removed, node pinned) -- the release; a
+  patch with tests rather than an update with the resourceVersion, which
+  kube-scheduler's status write on every gated pod made fail (see
+  podplan.release_patch);
 - nothing else on this path: the Normal event goes to the recorder
   (client/events.py), off the write budget; a claim already bound as
   planned, and a Waiting condition that says the same, are not written.
@@ -152,7 +155,8 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         for a in decision.new_gpus():
             if a.uid not in sent:
                 ctx.wake(ctx.view.not_sent(a.uid))
-    ctx.writer.update_pod(podplan.released_pod(pod, decision.node))
+    ctx.writer.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"],
+                         podplan.release_patch(pod, decision.node))
     meta = pod["metadata"]
     created_at = parse_time(meta.get("creationTimestamp"))
     if ctx.metrics is not None:

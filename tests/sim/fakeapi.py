@@ -70,7 +70,7 @@ _PLURAL_OF_KIND = {info.kind: plural for plural, info in KINDS.items()}
 # holds this equal to the public methods of the real Writer.
 WRITER_METHODS = ("create_claim", "update_claim", "update_claim_status", "update_class_status",
                   "update_budget_status",
-                  "delete_claim", "list_claims", "get_pod", "get_claim", "update_pod", "delete_pod", "event")
+                  "delete_claim", "list_claims", "get_pod", "get_claim", "patch_pod", "delete_pod", "event")
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # kube-apiserver's grace period for a running pod deleted without one.
@@ -236,8 +236,22 @@ class FakeApi:
             return None
 
     def update_pod(self, pod: Obj) -> Obj:
-        return self._writer_call("update_pod", pod,
-                                 lambda: self._update(PODS, pod, _Part.MAIN, forced_ok=False))
+        """A pod update with its resourceVersion (what a user or another
+        component may send; the controller patches, see patch_pod)."""
+        return self._update(PODS, pod, _Part.MAIN, forced_ok=False)
+
+    def patch_pod(self, namespace: str, name: str, ops: list[Obj]) -> Obj:
+        """A JSON patch (RFC 6902) of the pod as stored now: a failed `test`
+        is 422, as kube-apiserver answers; the result is then an update,
+        with the same rules for what a pod may change."""
+        body = {"metadata": {"namespace": namespace, "name": name}, "patch": ops}
+
+        def apply() -> Obj:
+            current = self._get_or_404(PODS, namespace, name)
+            patched = json_patch(current, ops)
+            patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return self._update(PODS, patched, _Part.MAIN, forced_ok=False)
+        return self._writer_call("patch_pod", body, apply)
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         body = {"metadata": {"namespace": namespace, "name": name},
@@ -656,3 +670,39 @@ def pod_update_problem(old: Obj, new: Obj) -> str | None:
             if after[:len(before)] != before:
                 return f"{path}[{i}]: Invalid value: only additions are allowed (no mutations or deletions)"
     return None
+
+
+def json_patch(doc: Obj, ops: list[Obj]) -> Obj:
+    """RFC 6902 on a copy of `doc`: test, add, replace, remove on object
+    members (what the controller sends); a failed op is 422."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        parent: Any = out
+        for t in tokens[:-1]:
+            if not isinstance(parent, dict) or t not in parent:
+                raise ApiError(422, "Invalid", f"jsonpatch {op['op']}: doc is missing path {op['path']}")
+            parent = parent[t]
+        last = tokens[-1]
+        kind = op["op"]
+        if not isinstance(parent, dict):
+            raise ApiError(422, "Invalid", f"jsonpatch {kind}: {op['path']} is not in an object")
+        if kind == "test":
+            if parent.get(last, _MISSING) != op["value"]:
+                raise ApiError(422, "Invalid", f"the server rejected our request due to an error in "
+                                               f"our request: testing value {op['path']} failed")
+        elif kind == "add":
+            parent[last] = copy.deepcopy(op["value"])
+        elif kind == "replace":
+            if last not in parent:
+                raise ApiError(422, "Invalid", f"jsonpatch replace: missing path {op['path']}")
+            parent[last] = copy.deepcopy(op["value"])
+        elif kind == "remove":
+            if parent.pop(last, _MISSING) is _MISSING:
+                raise ApiError(422, "Invalid", f"jsonpatch remove: missing path {op['path']}")
+        else:
+            raise ApiError(400, "BadRequest", f"unsupported jsonpatch op {kind!r}")
+    return out
+
+
+_MISSING = object()
