@@ -321,10 +321,12 @@ def test_spec_update_cannot_change_status(claims: Any) -> None:
 
 
 def test_status_of_a_new_claim_is_left_to_the_controller(claims: Any) -> None:
+    """The API server drops the status a create sends; what is read back is
+    the schema's default, a claim that is not on a node yet."""
     body = claim_body("fresh", className="a100", count=1)
     body["status"] = VALID_STATUS
-    claims.create(body)
-    assert "status" not in claims.get("fresh")
+    assert claims.create(body)["status"] == {"phase": "Pending"}
+    assert claims.get("fresh")["status"] == {"phase": "Pending"}
 
 
 def test_class_status_is_its_own_subresource(
@@ -402,7 +404,8 @@ def test_invalid_claim_status_is_refused(
     ("crd", "columns", "short_names"),
     [
         pytest.param("gpuclasses.gpuclaimctl.io",
-                     ["ResourceName", "OnCordon", "Nodes", "Allocatable", "Age"], ["gc"],
+                     ["ResourceName", "OnCordon", "Nodes", "Allocatable", "Bound", "Age"],
+                     ["gc"],
                      id="class"),
         pytest.param("gpuclaims.gpuclaimctl.io",
                      ["Class", "Count", "Phase", "Node", "User", "Reclaim", "Waiting", "Age"],
@@ -449,6 +452,43 @@ def test_kubectl_get_gpuclaims_shows_class_count_phase_node_and_user(
         "User": "trainer", "Reclaim": "Retain", "Waiting": "NodeRejected"}
     wide_only = {c["name"] for c in table["columnDefinitions"] if c.get("priority", 0) > 0}
     assert wide_only == {"Reclaim", "Waiting"}
+
+
+def test_kubectl_get_gpuclaims_says_pending_for_a_claim_never_placed(
+    api_client: client.ApiClient, claims: Any, namespace: str,
+) -> None:
+    claims.create(claim_body("new", className="a100", count=1))
+    claims.create(claim_body("waiting", className="a100", count=1))
+    # The controller writes a waiting claim's condition, not its phase.
+    claims.patch_status("waiting", {"status": {"conditions": [waiting()]}})
+
+    table = raw_get(api_client, f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/gpuclaims",
+                    TABLE)
+
+    names = [c["name"] for c in table["columnDefinitions"]]
+    phases = {row["cells"][0]: dict(zip(names, row["cells"]))["Phase"]
+              for row in table["rows"]}
+    assert phases == {"new": "Pending", "waiting": "Pending"}
+
+
+def test_kubectl_get_gpuclasses_wide_shows_nodes_gpus_and_gpus_bound(
+    api_client: client.ApiClient, make_class: Callable[..., dict[str, Any]],
+    custom: client.CustomObjectsApi,
+) -> None:
+    name = make_class({})["metadata"]["name"]
+    custom.patch_cluster_custom_object_status(
+        GROUP, VERSION, "gpuclasses", name, {"status": {"nodes": 2, "allocatable": 16,
+                                                        "bound": 6}},
+        _content_type=MERGE_PATCH)
+
+    table = raw_get(api_client, f"/apis/{GROUP}/{VERSION}/gpuclasses/{name}", TABLE)
+
+    (row,) = table["rows"]
+    cells = dict(zip([c["name"] for c in table["columnDefinitions"]], row["cells"]))
+    assert {k: cells[k] for k in ("Nodes", "Allocatable", "Bound")} == {
+        "Nodes": 2, "Allocatable": 16, "Bound": 6}
+    wide_only = {c["name"] for c in table["columnDefinitions"] if c.get("priority", 0) > 0}
+    assert wide_only == {"Nodes", "Allocatable", "Bound"}
 
 
 def test_short_names_and_category_are_discoverable(
