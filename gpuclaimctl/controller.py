@@ -343,7 +343,7 @@ class Handlers:
 
     def pod_added(self, pod: Obj) -> None:
         self.woke(self.view.apply_pod(None, pod))
-        if _gated_or_placed(pod):
+        if _pod_sync_due(pod):
             self.queue.add(POD + keys.key_of(pod))
 
     def pod_updated(self, old: Obj, new: Obj) -> None:
@@ -357,7 +357,7 @@ class Handlers:
             # Deleted and recreated under the name while the watch was away.
             self.ctx.memories.deleted_pods[old["metadata"].get("uid", "")] = True
             self._enqueue_claims_of_pod(old)
-        if _gated_or_placed(new):
+        if _pod_sync_due(new):
             self.queue.add(POD + keys.key_of(new))
         old_phase, new_phase = (old.get("status") or {}).get("phase"), (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in ("Succeeded", "Failed"):
@@ -539,10 +539,18 @@ def _placement_fields(claim: Obj) -> tuple[Any, ...]:
             status.get("reservedFor"), status.get("rejectedNodes"))
 
 
-def _gated_or_placed(pod: Obj) -> bool:
-    """A pod the pod sync cares about: gated by us, or released by us."""
-    meta = pod["metadata"]
-    return has_gate(pod) or api.PLACED_NODE_ANNOTATION in (meta.get("annotations") or {})
+def _pod_sync_due(pod: Obj) -> bool:
+    """A pod the pod sync acts on: gated by us (to place), or released by
+    us and reported Unschedulable while not bound (a refusal). The other
+    updates of a released pod (binding, kubelet status) need no sync."""
+    if has_gate(pod):
+        return True
+    if api.PLACED_NODE_ANNOTATION not in (pod["metadata"].get("annotations") or {}) \
+            or (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               and c.get("reason") == "Unschedulable"
+               for c in (pod.get("status") or {}).get("conditions") or ())
 
 
 def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
