@@ -30,7 +30,7 @@ def test_without_go_the_build_says_so_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "gpuclaimctl: Go is not installed: the local control plane is built from Go modules "
-        "(etcd, Kubernetes, kwok); install Go 1.26 or newer and put `go` on PATH"]
+        "(etcd, Kubernetes, kwok, helm); install Go 1.26 or newer and put `go` on PATH"]
     assert "Traceback" not in result.stderr
 
 
@@ -62,3 +62,18 @@ def test_cached_binaries_are_not_rebuilt(tmp_path: Path) -> None:
     paths = build.ensure_binaries(root, log=messages.append)
     assert messages == []
     assert paths["kube-apiserver"] == root / "controlplane" / "kubernetes-v1.37.2" / "kube-apiserver"
+
+
+def test_the_plane_starts_without_helm(tmp_path: Path) -> None:
+    """helm is for the chart's tests; a plane never waits for it to build."""
+    root = tmp_path / "cache"
+    for component in build.PLANE_COMPONENTS:
+        d = build.component_dir(component, root)
+        d.mkdir(parents=True)
+        for b in component.binaries:
+            (d / b).write_text("")
+    messages: list[str] = []
+    paths = build.ensure_binaries(root, log=messages.append, components=build.PLANE_COMPONENTS)
+    assert messages == []
+    assert "helm" not in paths
+    assert build.missing(root) == [build.HELM]

@@ -1,9 +1,10 @@
-"""Build the local control plane's binaries from their Go modules.
+"""Build the local control plane's binaries, and helm, from their Go modules.
 
-etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and
-kwok do not ship in any registry this project can reach, but each is a Go
-module the machine's Go can build. This module builds them once into a cache
-outside git, keyed by pinned version, and never rebuilds what is there.
+etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, kwok
+and helm (which the chart's tests run) do not ship in any registry this
+project can reach, but each is a Go module the machine's Go can build. This
+module builds them once into a cache outside git, keyed by pinned version,
+and never rebuilds what is there.
 
 It must not download anything but Go modules, and its failures (no Go, no
 module proxy) are one line for a person, not a traceback.
@@ -30,6 +31,9 @@ GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 KUBERNETES_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.0"
 KWOK_VERSION = "v0.8.0"
+# helm: the newest v3 the Go module proxy serves here; its go.mod says
+# `go 1.26.0` and requires client-go v0.37, the plane's minor.
+HELM_VERSION = "v3.22.0"
 
 
 class BuildError(Exception):
@@ -56,7 +60,21 @@ KUBERNETES = Component(
 )
 ETCD = Component("etcd", ETCD_VERSION, ("etcd",))
 KWOK = Component("kwok", KWOK_VERSION, ("kwok",))
-COMPONENTS = (ETCD, KUBERNETES, KWOK)
+HELM = Component("helm", HELM_VERSION, ("helm",))
+# What `ControlPlane` starts from; helm is only a tool of the test suite.
+PLANE_COMPONENTS = (ETCD, KUBERNETES, KWOK)
+COMPONENTS = (*PLANE_COMPONENTS, HELM)
+
+# What helm's Makefile sets with -X for a release build: the version it
+# reports, and the Kubernetes version `helm lint` and `helm template` assume
+# without a cluster (client-go v0.37 -> 1.37).
+_HELM_LDFLAGS = (
+    f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+    "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+    "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37",
+    "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+    "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37",
+)
 
 
 def cache_root() -> Path:
@@ -78,16 +96,20 @@ def binary_path(binary: str, root: Path | None = None) -> Path:
     raise KeyError(binary)
 
 
-def missing(root: Path | None = None) -> list[Component]:
+def missing(
+    root: Path | None = None, components: tuple[Component, ...] = COMPONENTS
+) -> list[Component]:
     return [
         c
-        for c in COMPONENTS
+        for c in components
         if not all((component_dir(c, root) / b).is_file() for b in c.binaries)
     ]
 
 
 def ensure_binaries(
-    root: Path | None = None, log: Callable[[str], None] = print
+    root: Path | None = None,
+    log: Callable[[str], None] = print,
+    components: tuple[Component, ...] = COMPONENTS,
 ) -> dict[str, Path]:
     """Build whatever is missing; return every binary's path.
 
@@ -96,15 +118,15 @@ def ensure_binaries(
     so an interrupted build leaves nothing half-made behind.
     """
     root = root or cache_root()
-    if missing(root):
+    if missing(root, components):
         (root / "controlplane").mkdir(parents=True, exist_ok=True)
         with _lock(root / "controlplane" / ".build.lock"):
-            todo = missing(root)
+            todo = missing(root, components)
             if todo:
                 go = _find_go()
                 for component in todo:
                     _build(go, component, root, log)
-    return {b: binary_path(b, root) for c in COMPONENTS for b in c.binaries}
+    return {b: binary_path(b, root) for c in components for b in c.binaries}
 
 
 
@@ -113,7 +135,7 @@ def _find_go() -> str:
     if go is None:
         raise BuildError(
             "Go is not installed: the local control plane is built from Go "
-            "modules (etcd, Kubernetes, kwok); install Go 1.26 or newer and "
+            "modules (etcd, Kubernetes, kwok, helm); install Go 1.26 or newer and "
             "put `go` on PATH"
         )
     return go
@@ -130,13 +152,17 @@ def _build(
     env = dict(os.environ)
     env.setdefault("CGO_ENABLED", "0")
     try:
-        if component is KWOK:
+        if component is KWOK or component is HELM:
             env["GOBIN"] = str(tmp)
-            # kwok's go.mod has no replace directives, so `go install
-            # module@version` builds it exactly as its release pins it.
+            # Neither go.mod has replace directives, so `go install
+            # module@version` builds each exactly as its release pins it.
+            package, ldflags = {
+                KWOK.name: ("sigs.k8s.io/kwok/cmd/kwok", ()),
+                HELM.name: ("helm.sh/helm/v3/cmd/helm", _HELM_LDFLAGS),
+            }[component.name]
             _run_go(
-                [go, "install", "-trimpath", "-ldflags=-s -w",
-                 f"sigs.k8s.io/kwok/cmd/kwok@{component.version}"],
+                [go, "install", "-trimpath", f"-ldflags={' '.join(('-s', '-w', *ldflags))}",
+                 f"{package}@{component.version}"],
                 cwd=tmp, env=env, component=component,
             )
         else:

@@ -155,7 +155,7 @@ class ControlPlane:
             atexit.register(self.stop)
             self._atexit_registered = True
         try:
-            self.bin = build.ensure_binaries(log=self._log)
+            self.bin = build.ensure_binaries(log=self._log, components=build.PLANE_COMPONENTS)
             self.pki = make_pki(self.workdir / "pki")
             self._write_kubeconfig()
             self._start_etcd()
