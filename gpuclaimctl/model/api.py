@@ -37,6 +37,11 @@ TEMPLATE_CLAIM_LABEL = f"{GROUP}/template-claim"
 TEMPLATE_CLAIM_LABEL_VALUE = "true"
 POD_CLAIM_NAME_ANNOTATION = f"{GROUP}/pod-claim-name"
 
+# A namespace labelled with this (value: a GPUClass name) opts in as a
+# whole: the admission webhook gives each pod there that requests the
+# class's resource without claims an inline claim and the gate.
+DEFAULT_CLASS_LABEL = f"{GROUP}/default-class"
+
 # Set on a pod in the update that releases it: the node we pinned it to.
 # Marks the pod as ours when the scheduler later refuses it.
 PLACED_NODE_ANNOTATION = f"{GROUP}/node"
