@@ -1,4 +1,4 @@
-"""The `gpuclaimctl` command: run, status, version.
+"""The `gpuclaimctl` command: run, status, why, version.
 
 Every `run` flag can also be set as GPUCLAIMCTL_<FLAG> (dashes become
 underscores), as kube-controller-manager's flags can be set in a manifest.
@@ -170,3 +170,25 @@ def status(kubeconfig: str | None, context: str | None) -> None:
     from gpuclaimctl.cmd import statusview as status_mod
 
     sys.exit(status_mod.main(kubeconfig, context))
+
+
+_STRATEGY = click.option(
+    "--placement-strategy", type=click.Choice([s.value for s in Strategy]), default=Strategy.BINPACK.value,
+    show_default=True, help="The controller's --placement-strategy (it cannot be read from the cluster).")
+_OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+
+
+@main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
+@click.argument("pod", metavar="NAMESPACE/POD")
+@click.option("-n", "--namespace", default=None, help="The pod's namespace, for a POD given without one.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
+@click.option("--context", default=None)
+@_OUTPUT
+@_STRATEGY
+def why(pod: str, namespace: str | None, kubeconfig: str | None, context: str | None, output: str,
+        placement_strategy: str) -> None:
+    """Why a pod waits for its GPU claims, node by node; or where it went and when."""
+    from gpuclaimctl.cmd import why as why_mod
+
+    ns, name = why_mod.target(pod, namespace)
+    sys.exit(why_mod.main(ns, name, kubeconfig, context, output, Strategy(placement_strategy)))

@@ -1,0 +1,339 @@
+"""`gpuclaimctl why NAMESPACE/POD`: why a pod waits for its GPU claims, or where it went.
+
+For a pod still held by the `gpuclaimctl.io/claims` gate: its set of
+claims, the reason and message the controller last wrote on them (their
+Waiting condition), the decision made now by the controller's own code on
+a fresh read of the API (decide.whatif, decide.explain), the namespace's
+GPUBudgets, and one row per node offering the set's classes with its
+verdict and free GPUs. For a pod gpuclaimctl released: the node, when it
+was released (the time of the write that set `gpuclaimctl.io/node`, from
+the pod's managedFields), when kube-scheduler bound it, and the Placed
+event while the API server keeps it.
+
+Reads only (GETs and lists through `kube`); nothing is written. `build`
+and the renderers are pure; `main` reads and prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+import orjson
+import urllib3
+from kubernetes import client
+
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import ApiError, NotFound
+from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
+from gpuclaimctl.cmd.statusview import BudgetRow, StatusError, human_duration, table
+from gpuclaimctl.decide import podplan
+from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
+from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
+from gpuclaimctl.model.snapshot import format_time, parse_time
+
+Obj = Mapping[str, Any]
+
+
+class State:
+    WAITING = "waiting"  # gated: gpuclaimctl has not released it
+    RELEASED = "released"  # gpuclaimctl removed the gate and pinned it
+    NOT_OURS = "not-using-claims"  # no gate: kube-scheduler alone places it
+
+
+@dataclass(frozen=True)
+class Said:
+    """What the controller last wrote on the set: a claim's Waiting condition."""
+
+    claim: str
+    reason: str
+    message: str
+    since: datetime | None
+
+
+@dataclass(frozen=True)
+class Release:
+    node: str
+    released_at: datetime | None
+    scheduled_at: datetime | None  # PodScheduled True
+    bound_node: str  # spec.nodeName, "" until kube-scheduler binds it
+    phase: str
+    unschedulable: str  # kube-scheduler's message while it refuses the pinned pod
+    event: tuple[datetime | None, str] | None  # the latest Placed event
+
+
+@dataclass(frozen=True)
+class Report:
+    namespace: str
+    name: str
+    created: datetime | None
+    state: str
+    read_at: datetime
+    outcome: Outcome | None = None  # WAITING
+    said: Said | None = None  # WAITING
+    budgets: tuple[BudgetRow, ...] = ()
+    release: Release | None = None  # RELEASED
+    claims: tuple[tuple[str, Obj | None], ...] = ()  # RELEASED: (name, claim)
+    detail: str = ""  # NOT_OURS: why it is not ours
+    warnings: tuple[str, ...] = ()
+
+
+# --- building the report (pure) ------------------------------------------------------
+
+
+def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy = Strategy.BINPACK,
+          events: Sequence[Obj] = (), warnings: Sequence[str] = ()) -> Report:
+    """The report for `pod` on `objects` (read at `now`); `events` are the
+    pod's own. Pure."""
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    created = parse_time(meta.get("creationTimestamp"))
+    notes = tuple(warnings)
+    annotations = meta.get("annotations") or {}
+    claims_by_name = {((c.get("metadata") or {}).get("namespace"), (c.get("metadata") or {}).get("name")): c
+                      for c in objects.claims}
+    if has_gate(pod):
+        world = WhatIf(objects, strategy)
+        outcome = world.explain(pod, now)
+        waiting = [statusview.WaitingPod(ns, name, created, "", "")]
+        budgets = tuple(statusview.budget_rows(
+            [b for b in objects.budgets if (b.get("metadata") or {}).get("namespace") == ns],
+            objects.claims, waiting))
+        return Report(ns, name, created, State.WAITING, now, outcome=outcome,
+                      said=_said(pod, claims_by_name), budgets=budgets, warnings=notes)
+    node = annotations.get(PLACED_NODE_ANNOTATION)
+    if not node:
+        detail = (f"it names GPU claims but carries no {SCHEDULING_GATE} scheduling gate, so gpuclaimctl "
+                  "does not place it" if CLAIMS_ANNOTATION in annotations else
+                  f"it has no {CLAIMS_ANNOTATION} annotation: it does not use GPU claims")
+        return Report(ns, name, created, State.NOT_OURS, now, detail=detail, warnings=notes)
+    try:
+        names = [e.claim_name(name) for e in pod_claims(pod)]
+    except PodClaimsError:
+        names = []
+    return Report(ns, name, created, State.RELEASED, now, release=_release(pod, str(node), events),
+                  claims=tuple((n, claims_by_name.get((ns, n))) for n in names), warnings=notes)
+
+
+def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj]) -> Said | None:
+    """The Waiting condition of the first of the pod's claims (annotation
+    order) that has one, as `gpuclaimctl status` reads it."""
+    meta = pod.get("metadata") or {}
+    try:
+        entries = pod_claims(pod)
+    except PodClaimsError:
+        return None
+    for entry in entries:
+        claim = claims.get((meta.get("namespace"), entry.claim_name(str(meta.get("name") or ""))))
+        cond = podplan.waiting_condition(claim) if claim is not None else None
+        if cond is not None and cond.get("status") == "True":
+            return Said(entry.claim_name(str(meta.get("name"))), str(cond.get("reason") or ""),
+                        str(cond.get("message") or ""), parse_time(cond.get("lastTransitionTime")))
+    return None
+
+
+def released_at(pod: Obj) -> datetime | None:
+    """When the write that set `gpuclaimctl.io/node` (the release) was made:
+    the time of the managedFields entry that owns that annotation."""
+    wanted = f"f:{PLACED_NODE_ANNOTATION}"
+    for entry in (pod.get("metadata") or {}).get("managedFields") or ():
+        fields = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations") or {}
+        if wanted in fields:
+            return parse_time(entry.get("time"))
+    return None
+
+
+def _release(pod: Obj, node: str, events: Sequence[Obj]) -> Release:
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    scheduled: Obj = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), {})
+    refused = ""
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        refused = str(scheduled.get("message") or "Unschedulable")
+    placed = [e for e in events if e.get("reason") == "Placed"]
+    event = None
+    if placed:
+        last = max(placed, key=lambda e: str(_event_time(e) or ""))
+        event = (_event_time(last), str(last.get("message") or ""))
+    return Release(
+        node=node, released_at=released_at(pod),
+        scheduled_at=parse_time(scheduled.get("lastTransitionTime")) if scheduled.get("status") == "True"
+        else None,
+        bound_node=str(spec.get("nodeName") or ""), phase=str(status.get("phase") or "Pending"),
+        unschedulable=refused, event=event)
+
+
+def _event_time(event: Obj) -> datetime | None:
+    return parse_time(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+
+
+# --- text ------------------------------------------------------------------------------
+
+
+def _when(t: datetime | None, now: datetime) -> str:
+    if t is None:
+        return "unknown"
+    return f"{format_time(t)} ({human_duration((now - t).total_seconds())} ago)"
+
+
+def render_text(r: Report) -> str:
+    head = f"Pod {r.namespace}/{r.name}"
+    if r.state == State.NOT_OURS:
+        lines = [f"{head} is not placed by gpuclaimctl: {r.detail}."]
+    elif r.state == State.RELEASED:
+        lines = _released_text(head, r)
+    else:
+        lines = _waiting_text(head, r)
+    lines += [f"warning: {w}" for w in r.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _released_text(head: str, r: Report) -> list[str]:
+    rel = r.release
+    assert rel is not None
+    lines = [f"{head} was released by gpuclaimctl to node {rel.node} at {_when(rel.released_at, r.read_at)}."]
+    if rel.bound_node:
+        lines.append(f"kube-scheduler bound it to {rel.bound_node} at {_when(rel.scheduled_at, r.read_at)}; "
+                     f"phase {rel.phase}.")
+    elif rel.unschedulable:
+        lines.append(f"kube-scheduler refuses it there: {rel.unschedulable}")
+    else:
+        lines.append("kube-scheduler has not bound it yet.")
+    if rel.event is not None:
+        lines.append(f"Placed event ({_when(rel.event[0], r.read_at)}): {rel.event[1]}")
+    rows = []
+    for name, claim in r.claims:
+        st, spec = (claim or {}).get("status") or {}, (claim or {}).get("spec") or {}
+        rows.append((name, spec.get("className", "-"), spec.get("count", "-"),
+                     st.get("phase") or ("Pending" if claim else "-"), st.get("nodeName") or "-",
+                     "-" if claim else "not found"))
+    if rows:
+        lines += ["", *table(decisionview.CLAIM_HEADERS, rows)]
+    return lines
+
+
+def _waiting_text(head: str, r: Report) -> list[str]:
+    out = r.outcome
+    assert out is not None
+    age = f", created {human_duration((r.read_at - r.created).total_seconds())} ago" if r.created else ""
+    lines = [f"{head} waits for its GPU claims (gated by {SCHEDULING_GATE}{age})."]
+    if out.invalid:
+        return lines + [f"InvalidClaims: {out.invalid}"]
+    exists = _exists(out)
+    lines += ["", *table(decisionview.CLAIM_HEADERS, decisionview.claim_rows(out.claims, exists)), ""]
+    if r.said is not None:
+        since = f" (since {_when(r.said.since, r.read_at)})" if r.said.since else ""
+        lines.append(f"The controller says{since}: {r.said.reason}: {r.said.message}")
+    else:
+        lines.append("The controller says: nothing yet (no Waiting condition on the claims: not processed, "
+                     "or being placed)")
+    assert out.explanation is not None
+    lines.append(f"Decided now: {decisionview.decision_line(out.explanation.decision)}")
+    if r.budgets:
+        lines += ["", f"GPU budgets of {r.namespace} (HELD: GPUs its claims hold now):",
+                  *table(("BUDGET", "CLASS", "LIMIT", "HELD"),
+                         [(b.budget, b.class_name, "-" if b.limit is None else b.limit,
+                           "-" if b.held is None else b.held) for b in r.budgets])]
+    lines += ["", "Nodes (FREE: GPUs free now; NEED: GPUs the set needs there):",
+              *decisionview.node_lines(out.explanation), "", decisionview.NOT_SEEN_NOTE]
+    return lines
+
+
+def _exists(out: Outcome) -> dict[str, bool]:
+    return {name: bool((c.get("metadata") or {}).get("uid")) for name, c in out.raw.items()}
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+
+def render_json(r: Report) -> str:
+    doc: dict[str, Any] = {"pod": f"{r.namespace}/{r.name}", "state": r.state,
+                           "created": format_time(r.created) if r.created else None,
+                           "readAt": format_time(r.read_at)}
+    if r.state == State.NOT_OURS:
+        doc["detail"] = r.detail
+    elif r.state == State.RELEASED and r.release is not None:
+        rel = r.release
+        doc["release"] = {
+            "node": rel.node, "releasedAt": _time(rel.released_at), "boundNode": rel.bound_node or None,
+            "scheduledAt": _time(rel.scheduled_at), "phase": rel.phase,
+            "unschedulable": rel.unschedulable or None,
+            "placedEvent": None if rel.event is None else {"time": _time(rel.event[0]), "message": rel.event[1]}}
+        doc["claims"] = [{"name": n, "className": ((c or {}).get("spec") or {}).get("className"),
+                          "count": ((c or {}).get("spec") or {}).get("count"),
+                          "phase": ((c or {}).get("status") or {}).get("phase") or ("Pending" if c else None),
+                          "node": ((c or {}).get("status") or {}).get("nodeName"), "exists": c is not None}
+                         for n, c in r.claims]
+    elif r.outcome is not None:
+        out = r.outcome
+        if out.invalid:
+            doc["invalid"] = out.invalid
+        else:
+            assert out.explanation is not None
+            doc["claims"] = decisionview.claims_json(out.claims, _exists(out))
+            doc["controller"] = None if r.said is None else {
+                "claim": r.said.claim, "reason": r.said.reason, "message": r.said.message,
+                "since": _time(r.said.since)}
+            doc["decision"] = decisionview.decision_json(out.explanation.decision)
+            doc["budgets"] = [{"budget": b.budget, "className": b.class_name, "limit": b.limit,
+                               "held": b.held} for b in r.budgets]
+            doc["nodes"] = decisionview.nodes_json(out.explanation)
+        doc["note"] = decisionview.NOT_SEEN_NOTE
+    doc["warnings"] = list(r.warnings)
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _time(t: datetime | None) -> str | None:
+    return format_time(t) if t is not None else None
+
+
+# --- I/O -------------------------------------------------------------------------------
+
+
+def target(text: str, namespace: str | None) -> tuple[str, str]:
+    """`NAMESPACE/POD`, or `POD` with -n (default: `default`)."""
+    ns, sep, name = text.partition("/")
+    if not sep:
+        return namespace or "default", text
+    if not ns or not name or "/" in name:
+        raise click.UsageError(f"{text!r}: expected NAMESPACE/POD")
+    if namespace and namespace != ns:
+        raise click.UsageError(f"{text!r} names namespace {ns}, but -n says {namespace}")
+    return ns, name
+
+
+def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output: str,
+         strategy: Strategy) -> int:
+    try:
+        api = statusview.load_client(kubeconfig, context)
+        with api:
+            try:
+                pod = kube.request_json(api, "GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+            except NotFound:
+                raise StatusError(f"pod {ns}/{name} not found") from None
+            now = datetime.now(timezone.utc)
+            taken = snapshotfile.read_live(api, now, trimmed=False)
+            events = _events(api, ns, str(pod["metadata"].get("uid") or ""))
+    except StatusError as e:
+        click.echo(f"gpuclaimctl why: {e}", err=True)
+        return 1
+    except ApiError as e:
+        click.echo(f"gpuclaimctl why: the API server refused a read: {e}", err=True)
+        return 1
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        click.echo(f"gpuclaimctl why: cannot reach the API server: {e}", err=True)
+        return 1
+    report = build(pod, taken.objects, now, strategy, events, taken.warnings)
+    click.echo(render_json(report) if output == "json" else render_text(report), nl=False)
+    return 0
+
+
+def _events(api: client.ApiClient, ns: str, uid: str) -> list[dict[str, Any]]:
+    try:
+        return kube.list_all(api, f"/api/v1/namespaces/{ns}/events",
+                             [("fieldSelector", f"involvedObject.uid={uid}")])
+    except ApiError:
+        return []  # events are a nicety: a user who may not list them still gets the rest

@@ -1,0 +1,466 @@
+"""`gpuclaimctl why`: each node's verdict beside THE decision, and the report a person reads.
+
+The pure parts run on literal values: `decide.explain` (one table of
+verdicts, and a seeded comparison with `decide` on random clusters: a node
+said to fit is one the decision could pick), and the report `why` builds
+from API objects. The real command runs against the real plane with the
+controller at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuclaimctl.cmd import cli, why
+from gpuclaimctl.controlplane import ControlPlane
+from gpuclaimctl.decide.explain import Verdict, explain
+from gpuclaimctl.decide.placement import Placed, Waiting, decide
+from gpuclaimctl.decide.whatif import ClusterObjects
+from gpuclaimctl.model.api import (
+    CLAIMS_ANNOTATION,
+    PLACED_NODE_ANNOTATION,
+    SCHEDULING_GATE,
+    OnCordon,
+    Phase,
+    Strategy,
+    WaitReason,
+)
+from gpuclaimctl.model.budgets import BudgetInfo, BudgetLimit, BudgetUse
+from gpuclaimctl.model.nodeaffinity import NodeSelector, PodNodeRules, Taint, VolumeConstraint
+from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, PodRef, Rejection
+from tests.controllerkit import RunningController
+from tests.helpers import wait_for
+
+GPU = "nvidia.com/gpu"
+AMD = "amd.com/gpu"
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+# -- literal values --------------------------------------------------------------------
+
+
+def node(name: str, gpus: int = 8, *, labels: dict[str, str] | None = None, taints: tuple[Taint, ...] = (),
+         ready: bool = True, cordoned: bool = False, resources: dict[str, int] | None = None) -> NodeInfo:
+    return NodeInfo(name, labels or {}, taints, ready, cordoned,
+                    resources if resources is not None else {GPU: gpus})
+
+
+def claim(name: str = "c1", count: int = 1, class_name: str = "a100", *, on: str = "",
+          rejected: tuple[Rejection, ...] = ()) -> ClaimState:
+    phase = Phase.BOUND if on else Phase.PENDING
+    reserved = (PodRef("p", "pod-uid"),) if on else ()
+    return ClaimState(name, f"uid-{name}", class_name, count, phase, on, reserved_for=reserved, rejected=rejected)
+
+
+def pod(spec: dict[str, Any] | None = None, volumes: tuple[VolumeConstraint, ...] = ()) -> PodInfo:
+    return PodInfo("ns", "p", "pod-uid", NOW, PodNodeRules.from_pod_spec(spec or {}, volumes))
+
+
+def affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}}}
+
+
+A100 = ClassInfo("a100", GPU, {"p": "a100"})
+A = {"p": "a100"}
+
+
+def verdicts(nodes: list[NodeInfo], claims: list[ClaimState], *, classes: tuple[ClassInfo, ...] = (A100,),
+             used: dict[str, dict[str, int]] | None = None, spec: dict[str, Any] | None = None,
+             budgets: list[BudgetInfo] | None = None, use: BudgetUse | None = None,
+             volumes: tuple[VolumeConstraint, ...] = ()) -> dict[str, tuple[Verdict, str]]:
+    e = explain(pod(spec, volumes), claims, Cluster(nodes, classes), used or {}, NOW,
+                budgets=budgets or [], budget_use=use or BudgetUse({}, {}))
+    return {r.node: (r.verdict, r.summary) for r in e.nodes}
+
+
+# -- each verdict, with what it says ------------------------------------------------------
+
+VERDICTS = {
+    "fits": (dict(nodes=[node("n", labels=A)], claims=[claim(count=2)]), Verdict.FITS, "fits"),
+    "not-Ready": (dict(nodes=[node("n", labels=A, ready=False)], claims=[claim()]),
+                  Verdict.NOT_READY, "not Ready"),
+    "cordoned": (dict(nodes=[node("n", labels=A, cordoned=True)], claims=[claim()]),
+                 Verdict.CORDONED, "cordoned"),
+    "rejected-until": (dict(nodes=[node("n", labels=A)], claims=[claim(rejected=(
+        Rejection("n", NOW + timedelta(minutes=5), "Unschedulable: Insufficient cpu"),))]),
+        Verdict.REJECTED, "rejected for the set until 2025-06-01T12:05:00+00:00: Unschedulable: Insufficient cpu"),
+    "a-rejection-that-ran-out-is-no-verdict": (dict(nodes=[node("n", labels=A)], claims=[claim(rejected=(
+        Rejection("n", NOW - timedelta(seconds=1)),))]), Verdict.FITS, "fits"),
+    "taint-not-tolerated": (dict(nodes=[node("n", labels=A, taints=(Taint("team", "NoSchedule", "vision"),))],
+                                 claims=[claim()]), Verdict.TAINT, "taint team=vision:NoSchedule not tolerated"),
+    "PreferNoSchedule-is-no-verdict": (dict(nodes=[node("n", labels=A, taints=(Taint("s", "PreferNoSchedule"),))],
+                                            claims=[claim()]), Verdict.FITS, "fits"),
+    "affinity-term-fails": (dict(nodes=[node("n", labels={**A, "zone": "b"})], claims=[claim()],
+                                 spec=affinity([{"key": "zone", "operator": "In", "values": ["a"]}])),
+                            Verdict.AFFINITY, "affinity term 1 fails: zone In [a] (the node has zone=b)"),
+    "no-affinity-term-matches": (dict(nodes=[node("n", labels=A)], claims=[claim()],
+                                      spec=affinity([{"key": "zone", "operator": "In", "values": ["a"]}],
+                                                    [{"key": "fast", "operator": "Exists"}])),
+                                 Verdict.AFFINITY, "no required node affinity term matches: term 1 fails: zone "
+                                 "In [a] (the node has no zone label); term 2 fails: fast Exists (the node has "
+                                 "no fast label)"),
+    "nodeSelector": (dict(nodes=[node("n", labels={**A, "disk": "hdd"})], claims=[claim()],
+                          spec={"nodeSelector": {"disk": "ssd"}}),
+                     Verdict.NODE_SELECTOR, "nodeSelector disk=ssd: the node has disk=hdd"),
+    "volume": (dict(nodes=[node("n", labels=A)], claims=[claim()], volumes=(VolumeConstraint(
+        "data", "data-p", "pv-1", NodeSelector.from_api({"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n9"]}]}]})),)),
+        Verdict.VOLUME, "PersistentVolume pv-1 (claim data-p) is reachable only from nodes matching "
+        "kubernetes.io/hostname In [n9]"),
+    "short": (dict(nodes=[node("n", labels=A)], claims=[claim(count=4)], used={GPU: {"n": 6}}),
+              Verdict.SHORT, "short by 2 nvidia.com/gpu: the set needs 4, 2 free"),
+    "short-on-an-overcommitted-node": (dict(nodes=[node("n", labels=A)], claims=[claim(count=1)],
+                                            used={GPU: {"n": 9}}),
+                                       Verdict.SHORT, "short by 2 nvidia.com/gpu: the set needs 1, -1 free"),
+    "class-selector-of-a-multi-class-set": (
+        dict(nodes=[node("n", labels=A)], claims=[claim("g"), claim("m", class_name="mi300")],
+             classes=(A100, ClassInfo("mi300", AMD, {"p": "mi300"}))),
+        Verdict.CLASS_SELECTOR, "does not offer GPUClass mi300: it selects p=mi300, the node has p=a100"),
+    "class-resource-missing": (
+        dict(nodes=[node("n", labels={"p": "mi300"}, resources={GPU: 8})],
+             claims=[claim("g"), claim("m", class_name="mi300")],
+             classes=(ClassInfo("a100", GPU, {}), ClassInfo("mi300", AMD, {"p": "mi300"}))),
+        Verdict.CLASS_SELECTOR, "does not offer GPUClass mi300: the node has no amd.com/gpu"),
+    "over-budget": (dict(nodes=[node("n", labels=A)], claims=[claim(count=2)],
+                         budgets=[BudgetInfo("ns", "team", (BudgetLimit("a100", 4),))],
+                         use=BudgetUse({"a100": 3}, {})),
+                    Verdict.OVER_BUDGET, "over budget: GPUBudget ns/team allows 4 a100 GPUs; 3 are bound; "
+                    "this set needs 2 more"),
+    "bound-claim-on-a-node-that-is-gone": (
+        dict(nodes=[node("n", labels=A)], claims=[claim(on="gone-node")]),
+        Verdict.GONE, "the node is gone; the claims bound there move with the set"),
+}
+
+
+@pytest.mark.parametrize("kw,verdict,message", VERDICTS.values(), ids=VERDICTS.keys())
+def test_each_node_says_what_keeps_the_set_off_it(kw: dict[str, Any], verdict: Verdict, message: str) -> None:
+    rows = verdicts(**kw)
+    name = "gone-node" if verdict is Verdict.GONE else "n"
+    assert rows[name] == (verdict, message)
+
+
+def test_a_node_lists_every_problem_and_its_first_is_the_verdict() -> None:
+    e = explain(pod({"nodeSelector": {"disk": "ssd"}}), [claim(count=4)],
+                Cluster([node("n", labels=A, ready=False, taints=(Taint("x", "NoExecute"),))], [A100]),
+                {GPU: {"n": 6}}, NOW)
+    (row,) = e.nodes
+    assert [p.verdict for p in row.problems] == [Verdict.NOT_READY, Verdict.NODE_SELECTOR, Verdict.TAINT,
+                                                 Verdict.SHORT]
+    assert (row.free, row.need) == ({GPU: 2}, {GPU: 4})
+
+
+def test_the_chosen_node_comes_first_then_those_that_fit_then_the_rest_by_name() -> None:
+    nodes = [node("a", labels=A, cordoned=True), node("b", labels=A), node("c", labels=A), node("d", labels=A)]
+    e = explain(pod(), [claim(count=2)], Cluster(nodes, [A100]), {GPU: {"c": 4}}, NOW)
+    assert isinstance(e.decision, Placed) and e.decision.node == "c"
+    assert [(r.node, r.verdict, r.chosen) for r in e.nodes] == [
+        ("c", Verdict.FITS, True), ("b", Verdict.FITS, False), ("d", Verdict.FITS, False),
+        ("a", Verdict.CORDONED, False)]
+
+
+def test_nodes_offering_none_of_the_set_s_classes_are_not_listed() -> None:
+    nodes = [node("a", labels=A), node("h", labels={"p": "h100"}), node("cpu", resources={})]
+    assert set(verdicts(nodes, [claim()])) == {"a"}
+
+
+def test_a_claim_bound_on_a_node_whose_class_no_longer_selects_it_says_so() -> None:
+    rows = verdicts([node("n", labels={"p": "a100-old"})], [claim(on="n")])
+    assert rows["n"] == (Verdict.CLASS_SELECTOR, "GPUClass a100 of GPUClaim c1, bound here, no longer selects "
+                                                 "the node: it selects p=a100, the node has p=a100-old")
+
+
+def test_an_anchor_needs_only_the_rest_of_the_set() -> None:
+    e = explain(pod(), [claim("kept", 4, on="n"), claim("new", 3)],
+                Cluster([node("n", labels=A), node("m", labels=A)], [A100]), {GPU: {"n": 4}}, NOW)
+    rows = {r.node: r for r in e.nodes}
+    assert isinstance(e.decision, Placed) and e.decision.node == "n"
+    assert (rows["n"].need, rows["n"].holds, rows["n"].chosen) == ({GPU: 3}, ("kept",), True)
+    assert rows["m"].need == {GPU: 7}
+
+
+def test_a_cordoned_node_keeping_an_onCordon_Stay_set_is_not_held_against_it() -> None:
+    stay = ClassInfo("a100", GPU, A, OnCordon.STAY)
+    rows = verdicts([node("n", labels=A, cordoned=True)], [claim(on="n")], classes=(stay,))
+    assert rows["n"] == (Verdict.FITS, "fits")
+    rows = verdicts([node("n", labels=A, cordoned=True)], [claim(on="n"), claim("new")], classes=(stay,))
+    assert rows["n"][0] is Verdict.CORDONED and "new cannot be bound on a cordoned node" in rows["n"][1]
+
+
+def test_over_budget_is_said_only_of_the_nodes_that_would_otherwise_fit() -> None:
+    rows = verdicts([node("roomy", labels=A), node("full", labels=A)], [claim(count=2)],
+                    used={GPU: {"full": 8}}, budgets=[BudgetInfo("ns", "team", (BudgetLimit("*", 1),))])
+    assert rows["roomy"][0] is Verdict.OVER_BUDGET and rows["full"][0] is Verdict.SHORT
+
+
+def test_the_decision_is_decide_s_own() -> None:
+    args = (pod(), [claim(count=3)], Cluster([node("a", labels=A), node("b", labels=A)], [A100]),
+            {GPU: {"a": 6, "b": 2}}, NOW, Strategy.SPREAD)
+    assert explain(*args).decision == decide(*args)
+
+
+# -- a node said to fit is one the decision could pick: random clusters ------------------
+
+
+def _random_case(rng: random.Random) -> dict[str, Any]:
+    zones, teams = ["a", "b"], ["x", "y"]
+    classes = [ClassInfo("a100", GPU, {"p": "a100"}), ClassInfo("mi300", AMD, {"p": "mi300"}),
+               ClassInfo("any", GPU, {})]
+    nodes, used = [], {GPU: {}, AMD: {}}  # type: ignore[var-annotated]
+    for i in range(rng.randint(1, 8)):
+        name = f"n{i}"
+        labels = {"p": rng.choice(["a100", "mi300", "h100"]), "zone": rng.choice(zones)}
+        resources = {GPU: rng.choice([0, 2, 4, 8])}
+        if rng.random() < 0.3:
+            resources[AMD] = rng.choice([2, 4])
+        taints = (Taint("team", "NoSchedule", rng.choice(teams)),) if rng.random() < 0.3 else ()
+        nodes.append(node(name, labels=labels, taints=taints, ready=rng.random() > 0.1,
+                          cordoned=rng.random() < 0.1, resources=resources))
+        for r in resources:
+            used[r][name] = rng.choice([0, 0, 1, 2, resources[r], resources[r] + 1])
+    names = [n.name for n in nodes]
+    n_claims = rng.choice([1, 1, 2, 3])
+    claims = []
+    for j in range(n_claims):
+        cls = rng.choice(["a100", "a100", "any", "mi300"])
+        on = rng.choice(names + ["gone"]) if rng.random() < 0.25 else ""
+        rejected = (Rejection(rng.choice(names), NOW + timedelta(minutes=rng.choice([-1, 5]))),) \
+            if rng.random() < 0.2 else ()
+        claims.append(claim(f"c{j}", rng.choice([1, 1, 2, 4]), cls, on=on, rejected=rejected))
+    spec: dict[str, Any] = {}
+    if rng.random() < 0.3:
+        spec["nodeSelector"] = {"zone": rng.choice(zones)}
+    if rng.random() < 0.3:
+        spec.update(affinity([{"key": "zone", "operator": rng.choice(["In", "NotIn"]), "values": ["a"]}]))
+    if rng.random() < 0.5:
+        spec["tolerations"] = [{"key": "team", "value": rng.choice(teams), "effect": "NoSchedule"}]
+    budgets = [BudgetInfo("ns", "b", (BudgetLimit("*", rng.randint(0, 12)),))] if rng.random() < 0.2 else []
+    return dict(pod=pod(spec), claims=claims, cluster=Cluster(nodes, classes), used=used, now=NOW,
+                strategy=rng.choice(list(Strategy)), budgets=budgets, budget_use=BudgetUse({}, {}))
+
+
+def test_on_random_clusters_the_chosen_node_fits_and_a_set_waits_only_when_no_node_fits() -> None:
+    rng = random.Random(15)
+    seen = {"placed": 0, "waiting with a node that fits": 0, "waiting": 0}
+    for _ in range(3000):
+        case = _random_case(rng)
+        e = explain(**case)
+        assert e.decision == decide(**case)
+        # The budget refuses the set as a whole, before any node is chosen.
+        assert (e.budget is not None) == (getattr(e.decision, "reason", None) is WaitReason.BUDGET)
+        fits = {r.node for r in e.nodes if r.verdict is Verdict.FITS}
+        if isinstance(e.decision, Placed):
+            seen["placed"] += 1
+            assert e.decision.node in fits, (case, e)
+            assert [r.node for r in e.nodes if r.chosen] == [e.decision.node]
+            continue
+        assert isinstance(e.decision, Waiting)
+        # Only a set held by its own claims waits while another node fits:
+        # a NotReady node they are bound to (they wait to be Lost first).
+        held_not_ready = any(c.bound and c.node_name in case["cluster"].nodes
+                             and not case["cluster"].nodes[c.node_name].ready
+                             and not case["cluster"].nodes[c.node_name].unschedulable
+                             for c in case["claims"])
+        if fits:
+            seen["waiting with a node that fits"] += 1
+            assert held_not_ready, (case, e)
+        else:
+            seen["waiting"] += 1
+    assert seen["placed"] > 300 and seen["waiting"] > 300 and seen["waiting with a node that fits"], seen
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+def api_node(name: str, gpus: int, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec,
+            "status": {"allocatable": {GPU: str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def api_pod(name: str, entries: list[dict[str, Any]], *, gated: bool = True, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}",
+                         "creationTimestamp": "2025-06-01T11:50:00Z",
+                         "annotations": {CLAIMS_ANNOTATION: json.dumps(entries), **meta.pop("annotations", {})},
+                         **meta},
+            "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}] if gated else [],
+                     "containers": [{"name": "main"}]}}
+
+
+CLASS = {"metadata": {"name": "a100"}, "spec": {"nodeSelector": {"p": "a100"}}}
+
+
+def test_why_a_waiting_pod_shows_its_set_what_the_controller_said_the_decision_and_each_node() -> None:
+    waiting = {"type": "Waiting", "status": "True", "reason": "Capacity", "message": "no room",
+               "lastTransitionTime": "2025-06-01T11:58:00Z"}
+    objects = ClusterObjects(
+        nodes=[api_node("a0", 8, {"p": "a100"}), api_node("a1", 4, {"p": "a100"},
+                                                         taints=[{"key": "t", "effect": "NoSchedule"}])],
+        classes=[CLASS],
+        claims=[{"metadata": {"name": "mine", "namespace": "team", "uid": "u1"},
+                 "spec": {"className": "a100", "count": 2}, "status": {"conditions": [waiting]}},
+                {"metadata": {"name": "other", "namespace": "team", "uid": "u2"},
+                 "spec": {"className": "a100", "count": 7},
+                 "status": {"phase": "Bound", "nodeName": "a0", "reservedFor": [{"name": "x", "uid": "x"}]}}],
+        budgets=[{"metadata": {"name": "team", "namespace": "team"},
+                  "spec": {"limits": [{"className": "a100", "gpus": 16}]}}])
+    p = api_pod("trainer", [{"name": "gpu", "claim": "mine"}, {"name": "eval", "className": "a100", "count": 1}])
+    report = why.build(p, objects, NOW)
+    text = why.render_text(report)
+    assert report.state == why.State.WAITING
+    assert "Pod team/trainer waits for its GPU claims (gated by gpuclaimctl.io/claims, created 10m ago)." in text
+    assert "The controller says (since 2025-06-01T11:58:00Z (2m ago)): Capacity: no room" in text
+    assert "Decided now: waits, Capacity: GPUClaims mine (2 × a100), trainer-eval (1 × a100) needs 3" in text
+    assert "trainer-eval  a100   1      Pending  -     not created yet: the controller creates it" in text
+    rows = {line.split()[0]: line.split()[1:4] for line in text.splitlines() if line.startswith("a")}
+    assert rows == {"a0": ["short", "nvidia.com/gpu=1", "nvidia.com/gpu=3"],
+                    "a1": ["taint", "nvidia.com/gpu=4", "nvidia.com/gpu=3"]}
+    assert "team    a100   16     7" in text  # the budget, and what the namespace's claims hold
+    assert "in flight" in text
+
+    doc = json.loads(why.render_json(report))
+    assert doc["decision"]["result"] == "waiting" and doc["decision"]["reason"] == "Capacity"
+    assert doc["controller"] == {"claim": "mine", "reason": "Capacity", "message": "no room",
+                                 "since": "2025-06-01T11:58:00Z"}
+    assert [(n["node"], n["verdict"], n["free"]) for n in doc["nodes"]] == [
+        ("a0", "short", {GPU: 1}), ("a1", "taint", {GPU: 4})]
+    assert [c["exists"] for c in doc["claims"]] == [True, False]
+
+
+def test_why_a_released_pod_says_where_it_went_and_when() -> None:
+    p = api_pod("trainer", [{"name": "gpu", "className": "a100", "count": 1}], gated=False,
+                annotations={PLACED_NODE_ANNOTATION: "a0"},
+                managedFields=[
+                    {"manager": "kubectl", "operation": "Update", "time": "2025-06-01T11:50:00Z",
+                     "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{CLAIMS_ANNOTATION}": {}}}}},
+                    {"manager": "gpuclaimctl", "operation": "Update", "time": "2025-06-01T11:51:00Z",
+                     "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{PLACED_NODE_ANNOTATION}": {}}}}}])
+    p["spec"]["nodeName"] = "a0"
+    p["status"] = {"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-06-01T11:51:01Z"}]}
+    claims = [{"metadata": {"name": "trainer-gpu", "namespace": "team"}, "spec": {"className": "a100", "count": 1},
+               "status": {"phase": "Bound", "nodeName": "a0"}}]
+    events = [{"reason": "Placed", "message": "GPU claims placed on node a0: GPUClaim trainer-gpu (1 × a100) "
+               "placed on node a0", "lastTimestamp": "2025-06-01T11:51:00Z"}]
+    report = why.build(p, ClusterObjects(claims=claims), NOW, events=events)
+    text = why.render_text(report)
+    assert text.splitlines()[:3] == [
+        "Pod team/trainer was released by gpuclaimctl to node a0 at 2025-06-01T11:51:00Z (9m ago).",
+        "kube-scheduler bound it to a0 at 2025-06-01T11:51:01Z (8m59s ago); phase Running.",
+        "Placed event (2025-06-01T11:51:00Z (9m ago)): GPU claims placed on node a0: GPUClaim trainer-gpu "
+        "(1 × a100) placed on node a0"]
+    assert "trainer-gpu  a100   1      Bound  a0" in text
+    doc = json.loads(why.render_json(report))
+    assert doc["release"]["releasedAt"] == "2025-06-01T11:51:00Z" and doc["release"]["boundNode"] == "a0"
+
+
+def test_why_a_pod_without_claims_says_gpuclaimctl_does_not_place_it() -> None:
+    plain = {"metadata": {"name": "web", "namespace": "team"}, "spec": {}}
+    assert why.render_text(why.build(plain, ClusterObjects(), NOW)) == (
+        "Pod team/web is not placed by gpuclaimctl: it has no gpuclaimctl.io/claims annotation: it does not "
+        "use GPU claims.\n")
+    ungated = api_pod("p", [{"name": "g", "className": "a100", "count": 1}], gated=False)
+    assert "carries no gpuclaimctl.io/claims scheduling gate" in why.render_text(
+        why.build(ungated, ClusterObjects(), NOW))
+
+
+def test_why_an_invalid_annotation_says_InvalidClaims() -> None:
+    p = api_pod("p", [])
+    p["metadata"]["annotations"][CLAIMS_ANNOTATION] = "not json"
+    text = why.render_text(why.build(p, ClusterObjects(), NOW))
+    assert "InvalidClaims: annotation gpuclaimctl.io/claims is invalid: not valid JSON" in text
+
+
+@pytest.mark.parametrize("arg,ns,expect", [
+    ("team/trainer", None, ("team", "trainer")),
+    ("trainer", "team", ("team", "trainer")),
+    ("trainer", None, ("default", "trainer")),
+])
+def test_the_pod_is_named_namespace_slash_name_or_with_n(arg: str, ns: str | None,
+                                                          expect: tuple[str, str]) -> None:
+    assert why.target(arg, ns) == expect
+
+
+def test_a_namespace_given_twice_differently_is_refused_in_one_line() -> None:
+    result = CliRunner().invoke(cli.main, ["why", "a/p", "-n", "b"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "-n says b" in result.output
+
+
+# -- against the real plane ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def controller(full_plane: ControlPlane, crds: list[str]) -> Iterator[RunningController]:
+    rc = RunningController(str(full_plane.kubeconfig)).start()
+    yield rc
+    rc.stop()
+
+
+@pytest.mark.plane
+def test_why_on_the_real_plane_explains_a_waiting_pod_then_where_the_released_one_went(
+    full_plane: ControlPlane, controller: RunningController, api_client: Any, namespace: str, gpu_nodes: Any,
+) -> None:
+    from tests.test_e2e import Cluster
+
+    cluster = Cluster(api_client, namespace)
+    try:
+        big = gpu_nodes("why-big", gpus=4, labels=cluster.label)["metadata"]["name"]
+        tainted = gpu_nodes("why-tainted", gpus=8, labels=cluster.label, taints=[
+            {"key": "team", "value": "vision", "effect": "NoSchedule"}])["metadata"]["name"]
+        cls = cluster.gpu_class("a100")
+        kubeconfig = str(full_plane.kubeconfig)
+        cluster.pod("huge", [{"name": "g", "className": cls, "count": 6}])
+        wait_for(lambda: cluster.waiting_reason("huge-g"), timeout=30, message="huge-g to wait")
+
+        result = CliRunner().invoke(cli.main, ["why", f"{namespace}/huge", "--kubeconfig", kubeconfig,
+                                               "-o", "json"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.output)
+        assert doc["state"] == "waiting"
+        assert doc["controller"]["reason"] == "Capacity" == doc["decision"]["reason"]
+        assert {n["node"]: (n["verdict"], n["free"], [p["verdict"] for p in n["problems"]])
+                for n in doc["nodes"]} == {
+            big: ("short", {GPU: 4}, ["short"]),
+            tainted: ("taint", {GPU: 8}, ["taint"])}
+        assert "in flight" in doc["note"]
+
+        text = CliRunner().invoke(cli.main, ["why", "huge", "-n", namespace, "--kubeconfig", kubeconfig]).output
+        assert f"{tainted}  taint" in text and "taint team=vision:NoSchedule not tolerated" in text
+        assert f"{big}" in text and "short by 2 nvidia.com/gpu: the set needs 6, 4 free" in text
+
+        cluster.pod("small", [{"name": "g", "className": cls, "count": 2}])
+        wait_for(lambda: cluster.running_on("small", big), timeout=30,
+                 message=lambda: f"small Running on {big}: {cluster.describe_pod('small')}")
+        wait_for(lambda: cluster.events("Placed"), timeout=10, message="the Placed event")
+        doc = json.loads(CliRunner().invoke(cli.main, ["why", f"{namespace}/small", "--kubeconfig", kubeconfig,
+                                                       "-o", "json"]).output)
+        assert doc["state"] == "released"
+        rel = doc["release"]
+        assert (rel["node"], rel["boundNode"], rel["phase"]) == (big, big, "Running")
+        created = datetime.fromisoformat(doc["created"])
+        released = datetime.fromisoformat(rel["releasedAt"])
+        assert created <= released <= datetime.now(UTC)
+        assert rel["placedEvent"]["message"].startswith(f"GPU claims placed on node {big}")
+        assert doc["claims"] == [{"name": "small-g", "className": cls, "count": 2, "phase": "Bound",
+                                  "node": big, "exists": True}]
+        # The huge pod now sees 2 GPUs taken on the small node.
+        doc = json.loads(CliRunner().invoke(cli.main, ["why", f"{namespace}/huge", "--kubeconfig", kubeconfig,
+                                                       "-o", "json"]).output)
+        assert {n["node"]: n["free"] for n in doc["nodes"]}[big] == {GPU: 2}
+    finally:
+        cluster.cleanup()
+
+
+@pytest.mark.plane
+def test_why_a_pod_that_is_not_there_fails_with_one_line(control_plane: ControlPlane, crds: list[str]) -> None:
+    name = f"nobody-{uuid.uuid4().hex[:6]}"
+    result = CliRunner().invoke(cli.main, ["why", f"default/{name}",
+                                           "--kubeconfig", str(control_plane.kubeconfig)])
+    assert result.exit_code == 1 and result.output == f"gpuclaimctl why: pod default/{name} not found\n"
