@@ -1,4 +1,4 @@
-"""The `gpuclaimctl` command: run, status, why, version.
+"""The `gpuclaimctl` command: run, status, why, simulate, snapshot, version.
 
 Every `run` flag can also be set as GPUCLAIMCTL_<FLAG> (dashes become
 underscores), as kube-controller-manager's flags can be set in a manifest.
@@ -172,6 +172,23 @@ def status(kubeconfig: str | None, context: str | None) -> None:
     sys.exit(status_mod.main(kubeconfig, context))
 
 
+class _NodeSpec(click.ParamType[dict[str, Any]]):
+    """--add-node NAME=RESOURCE:COUNT[,label=value...]"""
+
+    name = "NAME=RESOURCE:COUNT[,label=value...]"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        from gpuclaimctl.cmd.snapshotfile import parse_node
+
+        try:
+            return parse_node(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
 _STRATEGY = click.option(
     "--placement-strategy", type=click.Choice([s.value for s in Strategy]), default=Strategy.BINPACK.value,
     show_default=True, help="The controller's --placement-strategy (it cannot be read from the cluster).")
@@ -192,3 +209,43 @@ def why(pod: str, namespace: str | None, kubeconfig: str | None, context: str | 
 
     ns, name = why_mod.target(pod, namespace)
     sys.exit(why_mod.main(ns, name, kubeconfig, context, output, Strategy(placement_strategy)))
+
+@main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
+@click.option("-f", "--filename", "files", required=True, multiple=True,
+              help="A Pod, Deployment, ReplicaSet, StatefulSet, Job or CronJob (YAML or JSON, several "
+                   "documents allowed; - for stdin; repeatable).")
+@click.option("--replicas", type=click.IntRange(0, 10_000), default=None,
+              help="Copies of each workload to place in turn; default: its own replicas (a Job's parallelism).")
+@click.option("--snapshot", type=click.Path(dir_okay=False), default=None,
+              help="Decide on a file from `gpuclaimctl snapshot` instead of the live cluster.")
+@click.option("--add-node", "add_nodes", type=_NodeSpec(), multiple=True,
+              help="Add a Ready node, e.g. big-0=nvidia.com/gpu:8,nvidia.com/gpu.product=H100 (repeatable).")
+@click.option("--without-node", "without_nodes", multiple=True,
+              help="Leave a node out, as if drained and removed (repeatable).")
+@click.option("-n", "--namespace", default="default", show_default=True,
+              help="Namespace of the documents that name none.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
+@click.option("--context", default=None)
+@_OUTPUT
+@_STRATEGY
+def simulate(files: tuple[str, ...], replicas: int | None, snapshot: str | None,
+             add_nodes: tuple[dict[str, Any], ...], without_nodes: tuple[str, ...], namespace: str,
+             kubeconfig: str | None, context: str | None, output: str, placement_strategy: str) -> None:
+    """Where the pods of a manifest would go, or why they would wait; writes nothing."""
+    from gpuclaimctl.cmd import simulate as simulate_mod
+
+    sys.exit(simulate_mod.main(
+        files, replicas=replicas, snapshot=snapshot, add=add_nodes, without=without_nodes,
+        namespace=namespace, kubeconfig=kubeconfig, context=context, output=output,
+        strategy=Strategy(placement_strategy)))
+
+
+@main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
+@click.option("--context", default=None)
+@click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default="json", show_default=True)
+def snapshot(kubeconfig: str | None, context: str | None, output: str) -> None:
+    """Print what placement reads of the cluster, for `simulate --snapshot`."""
+    from gpuclaimctl.cmd import snapshotfile
+
+    sys.exit(snapshotfile.main(kubeconfig, context, output))

@@ -1,0 +1,239 @@
+"""`gpuclaimctl simulate -f FILE`: where the pods of a manifest would go, with no writes.
+
+The file's Pods, Deployments, ReplicaSets, StatefulSets, Jobs and CronJobs
+become their pods (model.workloads; `--replicas N` overrides each one's
+count), and each pod is decided in turn, by the controller's own code
+(decide.whatif), on a snapshot of the cluster: a fresh read of the API
+server, or a file saved by `gpuclaimctl snapshot` (`--snapshot FILE`, taken
+as of its time), edited with `--add-node` and `--without-node`. A copy that
+is placed counts for the next, as the controller's writes would. GPUClasses,
+GPUClaims, GPUClaimTemplates and GPUBudgets in the file count as applied.
+
+It answers for GPUs and the pod's node rules, as gpuclaimctl decides them;
+kube-scheduler's other checks (CPU, memory, pod count, ports) come after a
+release and are not simulated.
+
+Nothing is written: the live read is GETs and lists only (a test proves it
+from the API server's audit log). `run` and the renderers are pure; `main`
+reads and prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+import orjson
+import urllib3
+import yaml
+
+from gpuclaimctl.client.errors import ApiError
+from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
+from gpuclaimctl.cmd.snapshotfile import SnapshotError, Taken
+from gpuclaimctl.cmd.statusview import StatusError, table
+from gpuclaimctl.decide.whatif import Outcome, WhatIf, simulate
+from gpuclaimctl.model.api import Strategy
+from gpuclaimctl.model.snapshot import format_time
+from gpuclaimctl.model.workloads import Manifests, ManifestError, Workload, copies, read_manifests
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Simulation:
+    source: str  # "the live cluster" or "snapshot FILE"
+    taken_at: datetime
+    counts: Mapping[str, int]  # nodes, classes, claims after the edits
+    edits: tuple[str, ...]
+    results: tuple[tuple[Workload, tuple[Outcome, ...]], ...]
+    skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def placed(self) -> int:
+        return sum(1 for _, outs in self.results for o in outs if o.placed is not None)
+
+    @property
+    def total(self) -> int:
+        return sum(len(outs) for _, outs in self.results)
+
+
+def read_files(texts: Sequence[tuple[str, str]], namespace: str, replicas: int | None) -> Manifests:
+    """The manifests of YAML or JSON files, given as (source, text), each
+    with any number of documents."""
+    docs: list[Any] = []
+    for source, text in texts:
+        try:
+            docs += yaml.safe_load_all(text)
+        except yaml.YAMLError as e:
+            first = (str(e).strip().splitlines() or ["invalid YAML"])[0]
+            raise ManifestError(f"{source} is not YAML or JSON: {first}") from None
+    manifests = read_manifests(docs, namespace, replicas)
+    if not manifests.workloads:
+        where = ", ".join(source for source, _ in texts)
+        raise ManifestError(f"{where}: no Pod, Deployment, ReplicaSet, StatefulSet, Job or CronJob")
+    return manifests
+
+
+def edit(taken: Taken, add: Sequence[Obj], without: Sequence[str],
+         manifests: Manifests) -> tuple[Taken, tuple[str, ...]]:
+    """The snapshot with nodes removed, then added, then the file's own
+    objects applied; and what was done, for the report."""
+    objects, done = taken.objects, []
+    if without:
+        objects = snapshotfile.without_nodes(objects, without)
+        done += [f"removed node {n}" for n in without]
+    if add:
+        objects = snapshotfile.with_nodes(objects, add)
+        done += [f"added node {n['metadata']['name']} "
+                 f"({decisionview.gpus({r: int(v) for r, v in n['status']['allocatable'].items()})})"
+                 for n in add]
+    if manifests.objects:
+        objects = snapshotfile.with_applied(objects, manifests.objects)
+        for plural, objs in sorted(manifests.objects.items()):
+            done += [f"applied {plural} {_ref(o)}" for o in objs]
+    return Taken(objects, taken.taken_at, taken.warnings), tuple(done)
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+def run(manifests: Manifests, taken: Taken, source: str, edits: Sequence[str],
+        strategy: Strategy = Strategy.BINPACK) -> Simulation:
+    """Decide every copy of every workload, in file order, on `taken` as
+    of its time. Pure."""
+    now = taken.taken_at
+    world = WhatIf(taken.objects, strategy)
+    results = []
+    for workload in manifests.workloads:
+        results.append((workload, tuple(simulate(world, copies(workload, now), now))))
+    counts = {"nodes": len(taken.objects.nodes), "classes": len(taken.objects.classes),
+              "claims": len(taken.objects.claims)}
+    return Simulation(source, now, counts, tuple(edits), tuple(results), manifests.skipped, taken.warnings)
+
+
+# --- text ------------------------------------------------------------------------------
+
+
+def _result(o: Outcome) -> tuple[str, str, str]:
+    """(RESULT, NODE, MESSAGE) of one copy."""
+    if o.invalid:
+        return "InvalidClaims", "-", o.invalid
+    assert o.explanation is not None
+    d = o.explanation.decision
+    if o.placed is not None:
+        return "placed", o.placed.node, o.placed.message
+    return str(getattr(d, "reason", "")), "-", d.message
+
+
+def _name(o: Outcome) -> str:
+    return str((o.pod.get("metadata") or {}).get("name", ""))
+
+
+def render_text(sim: Simulation) -> str:
+    c = sim.counts
+    lines = [f"Simulated on {sim.source} as of {format_time(sim.taken_at)} ({_count(c['nodes'], 'node')}, "
+             f"{_count(c['classes'], 'GPUClass')}, {_count(c['claims'], 'GPUClaim')}); nothing was written."]
+    if sim.edits:
+        lines.append("Edits: " + "; ".join(sim.edits) + ".")
+    for workload, outs in sim.results:
+        lines += ["", f"{workload.ref}: {len(outs)} {'copy' if len(outs) == 1 else 'copies'}"]
+        if not outs:
+            continue
+        lines += table(("COPY", "POD", "RESULT", "NODE", "MESSAGE"),
+                       [(i, _name(o), *_result(o)) for i, o in enumerate(outs, 1)])
+        first = next((o for o in outs if o.placed is None and o.explanation is not None), None)
+        if first is not None and first.explanation is not None:
+            lines += ["", f"Why {_name(first)} would wait, node by node (FREE: after the copies before it):",
+                      *decisionview.node_lines(first.explanation)]
+    lines += ["", f"{sim.placed} of {sim.total} {'copy' if sim.total == 1 else 'copies'} placed.",
+              decisionview.NOT_SEEN_NOTE if sim.source == LIVE else SNAPSHOT_NOTE]
+    if sim.skipped:
+        lines.append("Not simulated (not a pod or workload): " + ", ".join(sim.skipped))
+    lines += [f"warning: {w}" for w in sim.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "es" if what.endswith("s") else "s")
+
+
+LIVE = "the live cluster"
+SNAPSHOT_NOTE = ("Computed on a saved snapshot as of its time: what changed since, and placements in "
+                 "flight when it was taken, are not in it.")
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+
+def render_json(sim: Simulation) -> str:
+    workloads = []
+    for workload, outs in sim.results:
+        rows = []
+        for o in outs:
+            row: dict[str, Any] = {"pod": _name(o)}
+            if o.invalid:
+                row.update(result="waiting", reason="InvalidClaims", message=o.invalid)
+            else:
+                assert o.explanation is not None
+                row.update(decisionview.decision_json(o.explanation.decision))
+                if o.placed is None:
+                    row["nodes"] = decisionview.nodes_json(o.explanation)
+            rows.append(row)
+        workloads.append({"kind": workload.kind, "namespace": workload.namespace, "name": workload.name,
+                          "copies": rows})
+    doc = {"source": sim.source, "takenAt": format_time(sim.taken_at), "counts": dict(sim.counts),
+           "edits": list(sim.edits), "workloads": workloads, "placed": sim.placed, "total": sim.total,
+           "note": decisionview.NOT_SEEN_NOTE if sim.source == LIVE else SNAPSHOT_NOTE,
+           "skipped": list(sim.skipped), "warnings": list(sim.warnings)}
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+# --- I/O -------------------------------------------------------------------------------
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def main(files: Sequence[str], *, replicas: int | None, snapshot: str | None, add: Sequence[Obj],
+         without: Sequence[str], namespace: str, kubeconfig: str | None, context: str | None,
+         output: str, strategy: Strategy) -> int:
+    def fail(message: str) -> int:
+        click.echo(f"gpuclaimctl simulate: {message}", err=True)
+        return 1
+
+    try:
+        texts = [("stdin" if f == "-" else f, _read_text(f)) for f in files]
+        manifests = read_files(texts, namespace, replicas)
+        if snapshot is not None:
+            taken = snapshotfile.loads(_read_text(snapshot), snapshot)
+            source = f"snapshot {snapshot}"
+        else:
+            api = statusview.load_client(kubeconfig, context)
+            with api:
+                taken = snapshotfile.read_live(api, datetime.now(timezone.utc))
+            source = LIVE
+        taken, edits = edit(taken, add, without, manifests)
+    except (ManifestError, SnapshotError, StatusError) as e:
+        return fail(str(e))
+    except OSError as e:
+        if e.filename is not None:
+            return fail(f"cannot read {e.filename}: {e.strerror}")
+        return fail(f"cannot reach the API server: {e}")
+    except ApiError as e:
+        return fail(f"the API server refused a read: {e}")
+    except urllib3.exceptions.HTTPError as e:
+        return fail(f"cannot reach the API server: {e}")
+    sim = run(manifests, taken, source, edits, strategy)
+    click.echo(render_json(sim) if output == "json" else render_text(sim), nl=False)
+    return 0

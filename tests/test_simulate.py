@@ -1,0 +1,490 @@
+"""`gpuclaimctl simulate` and `gpuclaimctl snapshot`: where a manifest's pods
+would go, decided by the controller's own code, with no writes.
+
+The pure parts run on literal objects: reading manifests into workloads and
+their pods, the snapshot file and its edits, and copies placed in turn on
+a `WhatIf`. Against the real plane: `simulate` on the live cluster sends
+only reads (the API server's audit log shows every request of the account
+it ran as), and `snapshot` then `simulate --snapshot` answer the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpuclaimctl.client import kube
+from gpuclaimctl.cmd import cli, simulate as sim, snapshotfile
+from gpuclaimctl.cmd.snapshotfile import SnapshotError, Taken
+from gpuclaimctl.controlplane import ControlPlane
+from gpuclaimctl.decide.whatif import ClusterObjects, WhatIf, simulate
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION, SCHEDULING_GATE, WaitReason
+from gpuclaimctl.model.workloads import ManifestError, copies, read_manifests
+from tests.controllerkit import RunningController
+from tests.helpers import wait_for
+
+GPU = "nvidia.com/gpu"
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+MUTATING = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+# -- literal objects --------------------------------------------------------------------
+
+
+def pod_template(entries: list[dict[str, Any]], gpus: int = 0) -> dict[str, Any]:
+    resources = {"limits": {GPU: str(gpus)}} if gpus else {}
+    return {"metadata": {"labels": {"app": "t"}, "annotations": {CLAIMS_ANNOTATION: json.dumps(entries)}},
+            "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}],
+                     "containers": [{"name": "main", "image": "busybox", "resources": resources}]}}
+
+
+def inline(count: int, cls: str = "a100") -> list[dict[str, Any]]:
+    return [{"name": "g", "className": cls, "count": count}]
+
+
+def workload(kind: str, name: str, spec: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    api_version = {"Pod": "v1", "Job": "batch/v1", "CronJob": "batch/v1"}.get(kind, "apps/v1")
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, **top}, "spec": spec or {}}
+
+
+def deployment(name: str, entries: list[dict[str, Any]], replicas: int | None = None,
+               gpus: int = 0) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": "t"}}, "template": pod_template(entries, gpus)}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return workload("Deployment", name, spec)
+
+
+def bare_pod(name: str, entries: list[dict[str, Any]], gpus: int = 0) -> dict[str, Any]:
+    t = pod_template(entries, gpus)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **t["metadata"]}, "spec": t["spec"]}
+
+
+def api_node(name: str, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"p": "a100", **(labels or {})}, "resourceVersion": "7",
+                         "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {"allocatable": {GPU: str(gpus), "cpu": "32"}, "capacity": {GPU: str(gpus)},
+                       "conditions": [{"type": "MemoryPressure", "status": "False"},
+                                      {"type": "Ready", "status": "True"}],
+                       "images": [{"names": ["busybox"]}]}}
+
+
+CLASS = {"metadata": {"name": "a100"}, "spec": {"nodeSelector": {"p": "a100"}}}
+
+
+def bound_claim(name: str, node: str, count: int, ns: str = "team", pod_uid: str = "") -> dict[str, Any]:
+    st: dict[str, Any] = {"phase": "Bound", "nodeName": node, "resourceName": GPU}
+    if pod_uid:
+        st["reservedFor"] = [{"name": pod_uid, "uid": pod_uid}]
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
+            "spec": {"className": "a100", "count": count}, "status": st}
+
+
+def objects(*nodes: dict[str, Any], claims: list[dict[str, Any]] | None = None,
+            budgets: list[dict[str, Any]] | None = None, pods: list[dict[str, Any]] | None = None
+            ) -> ClusterObjects:
+    return ClusterObjects(nodes=list(nodes), classes=[CLASS], claims=claims or [], budgets=budgets or [],
+                          pods=pods or [])
+
+
+def placements(outcomes: list[Any]) -> list[str]:
+    """The node of each copy, or its wait reason."""
+    return [o.placed.node if o.placed is not None else
+            (o.explanation.decision.reason if o.explanation else "InvalidClaims") for o in outcomes]
+
+
+# -- manifests ---------------------------------------------------------------------------
+
+
+COUNTS = {
+    "pod-is-one": (bare_pod("p", inline(1)), 1),
+    "deployment-defaults-to-one": (deployment("d", inline(1)), 1),
+    "deployment-replicas": (deployment("d", inline(1), replicas=3), 3),
+    "statefulset-replicas": (workload("StatefulSet", "s", {"replicas": 4, "template": pod_template(inline(1))}), 4),
+    "job-parallelism": (workload("Job", "j", {"parallelism": 5, "template": pod_template(inline(1))}), 5),
+    "job-completions-below-parallelism": (
+        workload("Job", "j", {"parallelism": 5, "completions": 2, "template": pod_template(inline(1))}), 2),
+    "job-defaults-to-one": (workload("Job", "j", {"template": pod_template(inline(1))}), 1),
+    "cronjob-its-job-s-parallelism": (workload("CronJob", "c", {"jobTemplate": {"spec": {
+        "parallelism": 2, "template": pod_template(inline(1))}}}), 2),
+    "replicaset-zero": (workload("ReplicaSet", "r", {"replicas": 0, "template": pod_template(inline(1))}), 0),
+}
+
+
+@pytest.mark.parametrize("doc,count", COUNTS.values(), ids=COUNTS.keys())
+def test_each_workload_runs_as_many_copies_as_its_controller_would_at_once(doc: dict[str, Any], count: int) -> None:
+    (w,) = read_manifests([doc], "team").workloads
+    assert (w.replicas, w.namespace) == (count, "team")
+    assert w.template["metadata"]["annotations"][CLAIMS_ANNOTATION] == json.dumps(inline(1))
+
+
+def test_replicas_overrides_every_workload_s_own_count() -> None:
+    m = read_manifests([bare_pod("p", inline(1)), deployment("d", inline(1), replicas=9)], "team", replicas=2)
+    assert [w.replicas for w in m.workloads] == [2, 2]
+
+
+def test_a_multi_document_file_and_a_List_are_read_in_order_and_other_kinds_are_skipped() -> None:
+    text = yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "List", "items": [bare_pod("a", inline(1)), deployment("b", inline(1))]},
+        None,
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}},
+        workload("Job", "c", {"template": pod_template(inline(1))}, namespace="other"),
+    ])
+    m = sim.read_files([("f.yaml", text)], "team", None)
+    assert [w.ref for w in m.workloads] == ["Pod team/a", "Deployment team/b", "Job other/c"]
+    assert m.skipped == ("Service web",)
+
+
+def test_gpuclaimctl_objects_in_the_file_count_as_applied_in_their_namespace() -> None:
+    template = {"apiVersion": "gpuclaimctl.io/v1alpha1", "kind": "GPUClaimTemplate",
+                "metadata": {"name": "pair"}, "spec": {"spec": {"className": "a100", "count": 2}}}
+    cls = {"apiVersion": "gpuclaimctl.io/v1alpha1", "kind": "GPUClass", "metadata": {"name": "h100"},
+           "spec": {}}
+    m = read_manifests([template, cls, bare_pod("p", [{"name": "g", "template": "pair"}])], "team")
+    assert m.objects["gpuclaimtemplates"][0]["metadata"] == {"name": "pair", "namespace": "team"}
+    assert m.objects["gpuclasses"][0]["metadata"] == {"name": "h100"}
+
+
+BAD = {
+    "no-kind": ({"metadata": {"name": "x"}}, "document 1 has no kind"),
+    "not-an-object": (["a"], "document 1 is not an object"),
+    "no-template": (workload("Deployment", "d", {"replicas": 1}), "Deployment d has no spec.template.spec"),
+    "no-name": ({"apiVersion": "v1", "kind": "Pod", "spec": {}}, "document 1 (Pod) has no metadata.name"),
+    "replicas-not-a-number": (workload("Deployment", "d", {"replicas": "3", "template": pod_template(inline(1))}),
+                              "Deployment d: replicas, parallelism or completions '3' is not a whole number"),
+}
+
+
+@pytest.mark.parametrize("doc,message", BAD.values(), ids=BAD.keys())
+def test_a_document_that_is_not_a_workload_is_refused_with_what_is_wrong(doc: Any, message: str) -> None:
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        read_manifests([doc], "team")
+
+
+def test_a_file_without_any_workload_is_refused() -> None:
+    with pytest.raises(ManifestError, match="f.yaml: no Pod, Deployment"):
+        sim.read_files([("f.yaml", "kind: Service\nmetadata: {name: s}\n")], "team", None)
+
+
+def test_copies_are_named_as_their_controllers_name_them_and_are_new_gated_pods() -> None:
+    sts = workload("StatefulSet", "web", {"replicas": 2, "template": pod_template(inline(1)),
+                                          "volumeClaimTemplates": [{"metadata": {"name": "data"}}]})
+    m = read_manifests([bare_pod("solo", inline(1)), sts, deployment("d", inline(1), replicas=2)], "team")
+    pods = [p for w in m.workloads for p in copies(w, NOW)]
+    assert [p["metadata"]["name"] for p in pods] == ["solo", "web-0", "web-1", "d-sim-0", "d-sim-1"]
+    assert len({p["metadata"]["uid"] for p in pods}) == 5
+    assert all(p["metadata"]["namespace"] == "team" and p["metadata"]["creationTimestamp"] == "2025-06-01T12:00:00Z"
+               and "nodeName" not in p["spec"] for p in pods)
+    # A StatefulSet's pods mount the claims of its volume claim templates.
+    assert pods[2]["spec"]["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "data-web-1"}}]
+
+
+# -- the snapshot file --------------------------------------------------------------------
+
+
+def test_add_node_makes_a_ready_node_with_its_gpus_and_labels() -> None:
+    node = snapshotfile.parse_node("big-0=nvidia.com/gpu:8,amd.com/gpu:2,nvidia.com/gpu.product=H100,zone=b")
+    assert node == {"metadata": {"name": "big-0", "labels": {
+        "kubernetes.io/hostname": "big-0", "nvidia.com/gpu.product": "H100", "zone": "b"}}, "spec": {},
+        "status": {"allocatable": {GPU: "8", "amd.com/gpu": "2"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize("text", ["big", "big=", "big=nvidia.com/gpu", "big=zone=b", "Big=nvidia.com/gpu:1",
+                                  "big=nvidia.com/gpu:x"])
+def test_add_node_refuses_what_it_cannot_read(text: str) -> None:
+    with pytest.raises(ValueError, match=repr(text)):
+        snapshotfile.parse_node(text)
+
+
+def test_add_node_is_refused_in_one_line_by_the_command() -> None:
+    result = CliRunner().invoke(cli.main, ["simulate", "-f", "x.yaml", "--add-node", "big=gpus"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "--add-node" in result.output
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_a_snapshot_reads_back_as_it_was_written(output: str) -> None:
+    taken = Taken(snapshotfile.trim(objects(api_node("a0", 8), claims=[bound_claim("c", "a0", 2)])), NOW)
+    again = snapshotfile.loads(snapshotfile.dumps(taken, output))
+    assert again.taken_at == NOW and again.objects == taken.objects
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"kind": "List"}', "is not a gpuclaimctl snapshot"),
+    ('{"kind": "GPUClaimCtlSnapshot", "version": 9, "takenAt": "2025-06-01T12:00:00Z"}', "version 9"),
+    ('{"kind": "GPUClaimCtlSnapshot", "version": 1}', "has no takenAt"),
+    ('{"kind": "GPUClaimCtlSnapshot", "version": 1, "takenAt": "2025-06-01T12:00:00Z", "nodes": {}}',
+     "nodes must be a list"),
+    ("kind: [", "neither JSON nor YAML"),
+])
+def test_a_file_that_is_not_a_snapshot_is_refused(text: str, message: str) -> None:
+    with pytest.raises(SnapshotError, match=message):
+        snapshotfile.loads(text, "f")
+
+
+def test_trimming_keeps_what_placement_reads_and_only_pods_holding_gpus() -> None:
+    running = {"metadata": {"name": "r", "namespace": "team", "uid": "u-r", "labels": {"x": "y"}},
+               "spec": {"nodeName": "a0", "containers": [{"name": "m", "image": "i", "resources": {
+                   "limits": {GPU: "3"}}}]}, "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+    cpu_only = {"metadata": {"name": "c", "namespace": "team", "uid": "u-c"},
+                "spec": {"nodeName": "a0", "containers": [{"name": "m"}]}, "status": {"phase": "Running"}}
+    raw = objects(api_node("a0", 8), api_node("a1", 8, {"zone": "b"}),
+                  claims=[bound_claim("c", "a1", 2)], pods=[running, cpu_only])
+    trimmed = snapshotfile.trim(raw)
+    assert trimmed.nodes[0] == {"metadata": {"name": "a0", "labels": {"p": "a100"}}, "spec": {},
+                                "status": {"allocatable": {GPU: "8", "cpu": "32"},
+                                           "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert [p["metadata"]["name"] for p in trimmed.pods] == ["r"]
+    pods = [bare_pod("p", inline(2))]
+    m = read_manifests(pods, "team", replicas=4)
+    on_raw = simulate(WhatIf(raw), copies(m.workloads[0], NOW), NOW)
+    on_trimmed = simulate(WhatIf(trimmed), copies(m.workloads[0], NOW), NOW)
+    # a0 has 5 free (the running pod's 3), a1 6 (the claim's 2): binpack fills a0 first.
+    assert placements(on_raw) == placements(on_trimmed) == ["a0", "a0", "a1", "a1"]
+
+
+def test_nodes_are_removed_then_added_and_a_name_that_does_not_fit_is_refused() -> None:
+    base = objects(api_node("a0", 8), api_node("a1", 8))
+    edited = snapshotfile.with_nodes(snapshotfile.without_nodes(base, ["a1"]),
+                                     [snapshotfile.parse_node("a1=nvidia.com/gpu:2,p=a100")])
+    assert [(n["metadata"]["name"], n["status"]["allocatable"][GPU]) for n in edited.nodes] == [
+        ("a0", "8"), ("a1", "2")]
+    with pytest.raises(SnapshotError, match="--without-node: no node zz"):
+        snapshotfile.without_nodes(base, ["zz"])
+    with pytest.raises(SnapshotError, match="--add-node: node a0 is already in the snapshot"):
+        snapshotfile.with_nodes(base, [snapshotfile.parse_node("a0=nvidia.com/gpu:1")])
+
+
+# -- copies in turn ------------------------------------------------------------------------
+
+
+def run(world_objects: ClusterObjects, *docs: dict[str, Any], replicas: int | None = None) -> list[Any]:
+    world = WhatIf(world_objects)
+    m = read_manifests(docs, "team", replicas)
+    return [o for w in m.workloads for o in simulate(world, copies(w, NOW), NOW)]
+
+
+def test_each_copy_counts_the_ones_placed_before_it() -> None:
+    outs = run(objects(api_node("a0", 8), api_node("a1", 4), claims=[bound_claim("other", "a0", 2)]),
+               deployment("d", inline(3), replicas=4))
+    # binpack: the fullest node that has room, each time.
+    assert placements(outs) == ["a1", "a0", "a0", WaitReason.CAPACITY]
+    assert "needs 3 nvidia.com/gpu on one node" in outs[3].explanation.decision.message
+
+
+def test_requests_beyond_the_claims_count_against_the_node() -> None:
+    # Each copy's container asks for 4 GPUs, its claim holds 1: the scheduler counts 4.
+    outs = run(objects(api_node("a0", 8)), deployment("d", inline(1), replicas=3, gpus=4))
+    assert placements(outs) == ["a0", "a0", WaitReason.CAPACITY]
+
+
+def test_a_named_claim_serves_one_copy_and_the_next_sees_it_in_use() -> None:
+    claim = {"metadata": {"name": "shared", "namespace": "team", "uid": "u-s"},
+             "spec": {"className": "a100", "count": 1}}
+    outs = run(objects(api_node("a0", 8), claims=[claim]),
+               deployment("d", [{"name": "g", "claim": "shared"}], replicas=2))
+    assert placements(outs) == ["a0", WaitReason.CLAIM_IN_USE]
+    assert "in use by pod d-sim-0" in outs[1].explanation.decision.message
+
+
+def test_a_retained_claim_brings_its_copy_back_and_is_not_counted_twice() -> None:
+    kept = bound_claim("notebook", "a1", 4)  # Retain, no pod: its GPUs already count on a1
+    outs = run(objects(api_node("a0", 8), api_node("a1", 4), claims=[kept]),
+               bare_pod("nb", [{"name": "g", "claim": "notebook"}]),
+               bare_pod("other", inline(4)), bare_pod("third", inline(4)))
+    assert placements(outs) == ["a1", "a0", "a0"]
+    assert outs[0].placed is not None and [a.action for a in outs[0].placed.claims] == ["Keep"]
+
+
+def test_copies_stop_at_the_namespace_s_budget() -> None:
+    budget = {"metadata": {"name": "team", "namespace": "team"}, "spec": {"limits": [{"className": "*", "gpus": 5}]}}
+    outs = run(objects(api_node("a0", 8), claims=[bound_claim("held", "a0", 1)], budgets=[budget]),
+               deployment("d", inline(2), replicas=3))
+    assert placements(outs) == ["a0", "a0", WaitReason.BUDGET]
+    assert outs[2].explanation.decision.message == (
+        "GPUBudget team/team allows 5 GPUs of all classes; 5 are bound; this set needs 2 more")
+
+
+def test_an_invalid_annotation_is_InvalidClaims_and_places_nothing() -> None:
+    p = bare_pod("p", inline(1))
+    p["metadata"]["annotations"][CLAIMS_ANNOTATION] = "[{}]"
+    outs = run(objects(api_node("a0", 8)), p, bare_pod("q", inline(8)))
+    assert placements(outs) == ["InvalidClaims", "a0"]
+
+
+# -- the command on a snapshot file ---------------------------------------------------------
+
+
+@pytest.fixture
+def snapshot_file(tmp_path: Path) -> Path:
+    taken = Taken(snapshotfile.trim(objects(api_node("a0", 8), api_node("a1", 4),
+                                            claims=[bound_claim("other", "a0", 6)])), NOW)
+    path = tmp_path / "snap.json"
+    path.write_text(snapshotfile.dumps(taken))
+    return path
+
+
+def test_simulate_on_a_snapshot_answers_what_if_questions(snapshot_file: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "train.yaml"
+    manifest.write_text(yaml.safe_dump(deployment("train", inline(4), replicas=2)))
+    args = ["simulate", "-f", str(manifest), "--snapshot", str(snapshot_file), "-n", "team"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == (f"Simulated on snapshot {snapshot_file} as of 2025-06-01T12:00:00Z (2 nodes, 1 GPUClass, "
+                        "1 GPUClaim); nothing was written.")
+    assert lines[2] == "Deployment team/train: 2 copies"
+    assert lines[4].split()[:4] == ["1", "train-sim-0", "placed", "a1"]
+    assert lines[5].split()[:4] == ["2", "train-sim-1", "Capacity", "-"]
+    assert "Why train-sim-1 would wait, node by node (FREE: after the copies before it):" in lines
+    assert any(line.split()[:2] == ["a0", "short"] and "short by 2 nvidia.com/gpu" in line for line in lines)
+    assert "1 of 2 copies placed." in lines
+
+    # With one more node, both fit; without a1, the first goes to the new one.
+    doc = json.loads(CliRunner().invoke(cli.main, [*args, "--add-node", "big=nvidia.com/gpu:8,p=a100",
+                                                   "--without-node", "a1", "-o", "json"]).output)
+    assert [c["node"] for c in doc["workloads"][0]["copies"]] == ["big", "big"]
+    assert doc["edits"] == ["removed node a1", "added node big (nvidia.com/gpu=8)"]
+    assert doc["placed"] == doc["total"] == 2
+
+
+def test_simulate_reads_the_manifest_from_stdin(snapshot_file: Path) -> None:
+    result = CliRunner().invoke(cli.main, ["simulate", "-f", "-", "--snapshot", str(snapshot_file), "-o", "json",
+                                           "--replicas", "3"], input=json.dumps(bare_pod("p", inline(1))))
+    doc = json.loads(result.output)
+    assert [(c["pod"], c["node"]) for c in doc["workloads"][0]["copies"]] == [
+        ("p-sim-0", "a0"), ("p-sim-1", "a0"), ("p-sim-2", "a1")]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-f", "missing.yaml"], "cannot read missing.yaml: No such file or directory"),
+    (["-f", "{manifest}", "--snapshot", "{manifest}"], "is not a gpuclaimctl snapshot"),
+    (["-f", "{manifest}", "--snapshot", "{snapshot}", "--without-node", "zz"], "no node zz in the snapshot"),
+])
+def test_simulate_fails_in_one_line(args: list[str], message: str, snapshot_file: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "p.yaml"
+    manifest.write_text(yaml.safe_dump(bare_pod("p", inline(1))))
+    args = [a.format(manifest=manifest, snapshot=snapshot_file) for a in args]
+    result = CliRunner().invoke(cli.main, ["simulate", *args])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
+
+
+# -- against the real plane ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def controller(full_plane: ControlPlane, crds: list[str]) -> Iterator[RunningController]:
+    rc = RunningController(str(full_plane.kubeconfig)).start()
+    yield rc
+    rc.stop()
+
+
+@pytest.fixture
+def audited(full_plane: ControlPlane, api_client: Any, namespace: str,
+            tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A kubeconfig for a service account that may do anything (cluster-admin)
+    and whose every request the plane audits; (kubeconfig, username)."""
+    from tests.test_failover import audited_account_kubeconfig
+
+    path, binding = audited_account_kubeconfig(full_plane, api_client, namespace, tmp_path / "sa.kubeconfig")
+    yield path, f"system:serviceaccount:{namespace}:{binding}"
+    kube.request(api_client, "DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{binding}")
+
+
+@pytest.mark.plane
+def test_simulate_on_the_live_cluster_places_copies_in_turn_and_sends_no_write(
+    full_plane: ControlPlane, controller: RunningController, api_client: Any, namespace: str, gpu_nodes: Any,
+    audited: tuple[str, str], tmp_path: Path,
+) -> None:
+    from tests.test_e2e import Cluster
+
+    cluster = Cluster(api_client, namespace)
+    try:
+        eight = gpu_nodes("sim-8", gpus=8, labels=cluster.label)["metadata"]["name"]
+        four = gpu_nodes("sim-4", gpus=4, labels=cluster.label)["metadata"]["name"]
+        cls = cluster.gpu_class("a100")
+        cluster.pod("running", inline(2, cls))
+        # binpack: the 4-GPU node is the fuller one afterwards (2 of 4).
+        wait_for(lambda: cluster.running_on("running", four), timeout=30,
+                 message=lambda: f"running placed on {four}: {cluster.describe_pod('running')}")
+        manifest = tmp_path / "train.yaml"
+        manifest.write_text(yaml.safe_dump(deployment("train", inline(3, cls), replicas=3)))
+
+        kubeconfig, user = audited
+        result = CliRunner().invoke(cli.main, ["simulate", "-f", str(manifest), "-n", namespace,
+                                               "--kubeconfig", kubeconfig, "-o", "json"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.output)
+        # 2 free on the 4-GPU node: each copy of 3 takes the 8-GPU node until it is full.
+        assert [c.get("node") or c["reason"] for c in doc["workloads"][0]["copies"]] == [
+            eight, eight, "Capacity"]
+        assert "in flight" in doc["note"]
+
+        # What the API server received from the command: reads only.
+        events = full_plane.audit_events(user)
+        assert events, "the command's requests were not audited"
+        assert {e["verb"] for e in events} <= {"get", "list"}, sorted({e["verb"] for e in events})
+        assert not [e for e in events if e["verb"] in MUTATING]
+        assert {(e.get("objectRef") or {}).get("resource") for e in events} >= {
+            "nodes", "gpuclasses", "gpuclaims", "pods", "gpubudgets", "gpuclaimtemplates"}
+        claims = kube.request_json(api_client, "GET", f"/apis/gpuclaimctl.io/v1alpha1/namespaces/{namespace}/"
+                                   "gpuclaims")["items"]
+        assert [c["metadata"]["name"] for c in claims] == ["running-g"], "no claim was created for a copy"
+    finally:
+        cluster.cleanup()
+
+
+@pytest.mark.plane
+def test_a_saved_snapshot_answers_as_the_live_cluster_did_and_takes_edits(
+    full_plane: ControlPlane, controller: RunningController, api_client: Any, namespace: str, gpu_nodes: Any,
+    tmp_path: Path,
+) -> None:
+    from tests.test_e2e import Cluster
+
+    cluster = Cluster(api_client, namespace)
+    try:
+        node = gpu_nodes("snap", gpus=4, labels=cluster.label)["metadata"]["name"]
+        cls = cluster.gpu_class("a100")
+        cluster.pod("running", inline(1, cls))
+        wait_for(lambda: cluster.running_on("running", node), timeout=30,
+                 message=lambda: f"running placed: {cluster.describe_pod('running')}")
+        kubeconfig = str(full_plane.kubeconfig)
+        result = CliRunner().invoke(cli.main, ["snapshot", "--kubeconfig", kubeconfig])
+        assert result.exit_code == 0, result.output
+        saved = tmp_path / "cluster.json"
+        saved.write_text(result.output)
+        snap = json.loads(result.output)
+        assert snap["kind"] == "GPUClaimCtlSnapshot" and node in [n["metadata"]["name"] for n in snap["nodes"]]
+        assert any(p["metadata"]["name"] == "running" and p["metadata"]["namespace"] == namespace
+                   for p in snap["pods"]) is False  # it requests no GPU itself: its claim holds them
+        assert {c["metadata"]["name"]: c["status"]["nodeName"] for c in snap["claims"]
+                if c["metadata"]["namespace"] == namespace} == {"running-g": node}
+
+        manifest = tmp_path / "p.yaml"
+        manifest.write_text(yaml.safe_dump(bare_pod("p", inline(2, cls))))
+        common = ["simulate", "-f", str(manifest), "-n", namespace, "--replicas", "2", "-o", "json"]
+        live = json.loads(CliRunner().invoke(cli.main, [*common, "--kubeconfig", kubeconfig]).output)
+        offline = json.loads(CliRunner().invoke(cli.main, [*common, "--snapshot", str(saved)]).output)
+        assert live["workloads"] == offline["workloads"]
+        assert [c.get("node") or c["reason"] for c in live["workloads"][0]["copies"]] == [node, "Capacity"]
+
+        grown = json.loads(CliRunner().invoke(cli.main, [
+            *common, "--snapshot", str(saved), "--add-node", f"extra-{uuid.uuid4().hex[:4]}=nvidia.com/gpu:2,"
+            + ",".join(f"{k}={v}" for k, v in cluster.label.items())]).output)
+        assert grown["placed"] == 2
+        drained = json.loads(CliRunner().invoke(cli.main, [*common, "--snapshot", str(saved),
+                                                           "--without-node", node]).output)
+        assert drained["placed"] == 0
+        assert drained["workloads"][0]["copies"][0]["message"].endswith(f"no node offers GPUClass {cls}")
+    finally:
+        cluster.cleanup()
