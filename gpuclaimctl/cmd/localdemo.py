@@ -5,10 +5,18 @@ starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and
 kwok on loopback, installs the CRDs, and adds four fake GPU nodes (8, 8, 4
 and 2 GPUs, labelled by model) and a GPUClass per model. The controller then
 runs against it; Ctrl-C stops everything.
+
+The plane's kubeconfig is also reachable at one stable path (`KUBECONFIG`,
+a symlink to the running plane's), so the line the quick start copies never
+picks a plane an earlier run left behind.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -26,9 +34,11 @@ from gpuclaimctl.controlplane import (
     KWOK_NODE_ANNOTATION_VALUE,
     SCHEDULER,
     ControlPlane,
+    build,
 )
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+# The repository's deploy/ (gpuclaimctl/cmd/ is two levels below it).
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MODEL_LABEL = "nvidia.com/gpu.product"
 # name, GPUs, model (the label NVIDIA GPU feature discovery sets), class.
 SAMPLE_NODES = (
@@ -51,24 +61,59 @@ def start_plane() -> ControlPlane:
     except BaseException:
         plane.stop()
         raise
-    say(f"control plane ready; kubeconfig: {plane.kubeconfig}")
-    say(f"try: {plane.bin['kubectl']} --kubeconfig {plane.kubeconfig} apply -f "
-        f"{DEPLOY / 'samples'}")
+    stable = publish_kubeconfig(plane.kubeconfig)
+    say("control plane ready; in another terminal:")
+    # Bare lines, to copy as they are.
+    print(f"export KUBECONFIG={shlex.quote(str(stable))}\n"
+          f"alias kubectl={shlex.quote(str(plane.bin['kubectl']))}\n"
+          f"kubectl apply -f {shlex.quote(str(DEPLOY / 'samples'))}",
+          file=sys.stderr, flush=True)
     return plane
+
+
+def kubeconfig_link() -> Path:
+    """Where the running local plane's kubeconfig can always be found."""
+    return build.cache_root() / "local" / "kubeconfig"
+
+
+def publish_kubeconfig(kubeconfig: Path) -> Path:
+    """Point kubeconfig_link() at this plane's kubeconfig (the latest plane
+    started wins) until the process exits."""
+    link = kubeconfig_link()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(kubeconfig)
+    tmp.replace(link)  # atomic: a reader sees the old plane or the new one
+    atexit.register(_withdraw_kubeconfig, link, kubeconfig)
+    return link
+
+
+def _withdraw_kubeconfig(link: Path, kubeconfig: Path) -> None:
+    """Remove the link if it still names this plane (a later run owns it otherwise)."""
+    try:
+        if os.readlink(link) == str(kubeconfig):
+            link.unlink()
+    except OSError:
+        pass
 
 
 def install(api_client: client.ApiClient) -> None:
     """CRDs, a GPUClass per model and the sample nodes; idempotent."""
+    crds: list[str] = []
     for path in sorted((DEPLOY / "crds").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 _create(api_client, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
-    _wait_established(api_client)
+                crds.append(doc["metadata"]["name"])
+    if not crds:
+        raise RuntimeError(f"no CRDs in {DEPLOY / 'crds'}: run from a checkout of gpuclaimctl")
+    _wait_established(api_client, crds)
     classes = {cls: model for _n, _g, model, cls in SAMPLE_NODES}
     for cls, model in classes.items():
-        _create(api_client, "/apis/gpuclaimctl.io/v1alpha1/gpuclasses", {
+        _create(api_client, "/apis/gpuclaimctl.io/v1alpha1/gpuclasses", saved_config({
             "apiVersion": "gpuclaimctl.io/v1alpha1", "kind": "GPUClass",
-            "metadata": {"name": cls}, "spec": {"nodeSelector": {MODEL_LABEL: model}}})
+            "metadata": {"name": cls}, "spec": {"nodeSelector": {MODEL_LABEL: model}}}))
     for name, gpus, model, _cls in SAMPLE_NODES:
         allocatable = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
         _create(api_client, "/api/v1/nodes", {
@@ -78,6 +123,19 @@ def install(api_client: client.ApiClient) -> None:
             "status": {"allocatable": allocatable, "capacity": dict(allocatable)}})
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def saved_config(body: dict[str, Any]) -> dict[str, Any]:
+    """The object as `kubectl create --save-config` makes it: `kubectl apply`
+    of deploy/samples/gpuclass.yaml then finds the class it names unchanged,
+    instead of warning that the annotation is missing. kubectl records the
+    object with its other annotations, as Go encodes JSON (sorted keys)."""
+    annotations = body["metadata"].setdefault("annotations", {})
+    annotations[LAST_APPLIED] = json.dumps(body, separators=(",", ":"), sort_keys=True) + "\n"
+    return body
+
+
 def _create(api_client: client.ApiClient, path: str, body: dict[str, Any]) -> None:
     try:
         kube.request(api_client, "POST", path, body=body)
@@ -85,15 +143,17 @@ def _create(api_client: client.ApiClient, path: str, body: dict[str, Any]) -> No
         pass
 
 
-def _wait_established(api_client: client.ApiClient, timeout: float = 30.0) -> None:
+def _wait_established(api_client: client.ApiClient, names: list[str],
+                      timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         crds = kube.request_json(api_client, "GET",
                                  "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-        ours = [c for c in crds["items"] if c["spec"]["group"] == "gpuclaimctl.io"]
-        if len(ours) == 3 and all(any(cond["type"] == "Established" and cond["status"] == "True"
-                                      for cond in (c.get("status") or {}).get("conditions") or ())
-                                  for c in ours):
+        established = {c["metadata"]["name"] for c in crds["items"]
+                       if any(cond["type"] == "Established" and cond["status"] == "True"
+                              for cond in (c.get("status") or {}).get("conditions") or ())}
+        if established >= set(names):
             return
         time.sleep(0.2)
-    raise RuntimeError("the gpuclaimctl.io CRDs were not established in time")
+    raise RuntimeError(f"the CRDs {', '.join(sorted(set(names) - established))} "
+                       "were not established in time")
