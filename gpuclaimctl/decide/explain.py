@@ -125,6 +125,8 @@ def explain(
     refusal = None
     if budgets is not None:
         refusal = check_budgets(budgets, budget_use, new_asks(states))
+    # The decision's own working state (private to placement, on purpose):
+    # need per node, free GPUs and live rejections are computed once, there.
     placer = _Placer(pod, states, cluster, used, now, strategy)
     resources = sorted({cluster.classes[c.class_name].resource_name for c in states})
 
