@@ -154,6 +154,15 @@ def test_every_object_carries_helms_labels(helm: list[str]) -> None:
         assert labels["helm.sh/chart"] == "gpuclaimctl-0.1.0", key(obj)
 
 
+def test_chart_and_app_version_are_the_projects() -> None:
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(DEPLOY.parent / "setup.cfg")
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == cfg["metadata"]["version"]
+
+
 def test_objects_go_to_the_release_namespace(helm: list[str]) -> None:
     out = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "gpu-ops").stdout
     objs = [d for d in yaml.safe_load_all(out) if d]
