@@ -78,6 +78,9 @@ class ControllerProcess:
             "--leader-elect-retry-period", f"{retry_period:g}s",
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
             "--health-bind-address", f"127.0.0.1:{self.health_port}",
+            # Off unless `flags` turn it on: no webhook configuration points
+            # here, and two processes would want the same port.
+            "--webhook-bind-address", "0",
             "--resync-period", "0",
             "-v", "2",
             *flags,

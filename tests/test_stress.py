@@ -674,6 +674,8 @@ class Controller:
                 "--no-leader-elect", "--workers", str(self.workers),
                 "--metrics-bind-address", f"127.0.0.1:{free_port()}",
                 "--health-bind-address", f"127.0.0.1:{self.health_port}",
+                # No webhook configurations point here (tests/test_webhook_plane.py serves one).
+                "--webhook-bind-address", "0",
                 "--resync-period", "0", "-v", "2"]
         self.starts += 1
         with open(self.log, "ab") as out:

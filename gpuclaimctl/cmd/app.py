@@ -50,6 +50,7 @@ from gpuclaimctl.client.leaderelection import (
 )
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.cmd.statusview import waiting_pods
+from gpuclaimctl.cmd.webhook import build_webhook
 from informers import SharedInformerFactory
 from metrics.controller import ControllerMetrics, EventMetrics, PodWait
 from metrics.leaderelection import LeaderElectionMetrics
@@ -71,6 +72,9 @@ def run(options: Options) -> int:
 
             plane = localdemo.start_plane()
             options = _with_kubeconfig(options, str(plane.kubeconfig))
+            # The local plane registers no webhook configurations (and has no
+            # gpuclaimctl-system namespace for the certificate's Secret).
+            options = dataclasses.replace(options, webhook_bind_address="0")
         identity = process_identity(options.leader_elect)
         api_client = _api_client(options, identity)
         return _serve(options, api_client, identity)
@@ -172,6 +176,12 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
         if not controller.has_synced():
             raise RuntimeError("caches not synced yet")
 
+    # Every replica serves the admission webhook, the standby too.
+    webhook = build_webhook(api_client, options, factory, registry)
+    readyz = [Check("informer-sync", caches_synced)]
+    if webhook is not None:
+        readyz.append(Check("webhook", webhook.check))
+
     healthz: list[Check] = []
     if elector is not None:
         # kube-controller-manager's margin: unhealthy once the lease could
@@ -180,8 +190,14 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
         healthz.append(Check("leaderElection", lambda: le.check(20.0)))
     endpoints = EndpointServer(registry=registry, metrics_address=options.metrics_bind_address,
                                health_address=options.health_bind_address,
-                               healthz=healthz, readyz=[Check("informer-sync", caches_synced)])
+                               healthz=healthz, readyz=readyz)
     endpoints.start()
+    if webhook is not None:
+        try:
+            webhook.start()
+        except OSError:
+            endpoints.stop()
+            raise
 
     stop = threading.Event()
 
@@ -226,6 +242,8 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
         return 1
     finally:
         recorder.stop()
+        if webhook is not None:
+            webhook.stop()
         endpoints.stop()
         factory.shutdown()
 

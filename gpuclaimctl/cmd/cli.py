@@ -16,7 +16,7 @@ import click
 
 from gpuclaimctl import __version__
 from gpuclaimctl.logs import LogFormat
-from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.cmd.options import DEFAULT_WEBHOOK_CERT_DIR, Options
 from gpuclaimctl.model.api import Strategy
 
 
@@ -125,6 +125,22 @@ def version() -> None:
               default=LogFormat.TEXT.value, show_default=True)
 @click.option("-v", "--verbosity", type=int, default=0, show_default=True,
               help="Log verbosity: 0 info, 2 more, 4 debug.")
+@click.option("--webhook-bind-address", default=":9443", show_default=True,
+              help="host:port the admission webhook serves HTTPS on (every replica); 0 disables.")
+@click.option("--webhook-cert-dir", default=DEFAULT_WEBHOOK_CERT_DIR, show_default=True,
+              help="Where the webhook's tls.crt and tls.key are: written here when self-signed, "
+                   "read from here (and reloaded on change) otherwise.")
+@click.option("--webhook-self-signed/--no-webhook-self-signed", default=True, show_default=True,
+              help="Keep a self-signed CA and serving certificate in a Secret and the CA in the "
+                   "webhook configurations; off where cert-manager does both.")
+@click.option("--webhook-service", default="gpuclaimctl-system/gpuclaimctl-webhook", show_default=True,
+              help="NAMESPACE/NAME of the Service the API server calls the webhook through; the "
+                   "certificate is made for it and kept in the Secret NAME-cert there.")
+@click.option("--webhook-configuration", default="gpuclaimctl", show_default=True,
+              help="Name of the Mutating- and ValidatingWebhookConfiguration whose caBundle is kept.")
+@click.option("--webhook-host", "webhook_hosts", multiple=True,
+              help="Another DNS name or IP the self-signed certificate is valid for (repeatable), "
+                   "for a url: client config when running outside the cluster.")
 def run(**flags: Any) -> None:
     """Run the controller."""
     options = Options(
@@ -152,6 +168,12 @@ def run(**flags: Any) -> None:
         shutdown_timeout=flags["shutdown_timeout"],
         log_format=LogFormat(flags["log_format"]),
         verbosity=flags["verbosity"],
+        webhook_bind_address=flags["webhook_bind_address"],
+        webhook_cert_dir=flags["webhook_cert_dir"],
+        webhook_self_signed=flags["webhook_self_signed"],
+        webhook_service=flags["webhook_service"],
+        webhook_configuration=flags["webhook_configuration"],
+        webhook_hosts=tuple(flags["webhook_hosts"]),
     )
     try:
         options.validate()
@@ -209,6 +231,7 @@ def why(pod: str, namespace: str | None, kubeconfig: str | None, context: str | 
 
     ns, name = why_mod.target(pod, namespace)
     sys.exit(why_mod.main(ns, name, kubeconfig, context, output, Strategy(placement_strategy)))
+
 
 @main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
 @click.option("-f", "--filename", "files", required=True, multiple=True,

@@ -9,10 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import tempfile
 
 from gpuclaimctl.cmd.bindaddress import parse_bind_address
 from gpuclaimctl.logs import LogFormat
 from gpuclaimctl.model.api import Strategy
+
+
+# controller-runtime's default, under the (writable, emptyDir) temp dir.
+DEFAULT_WEBHOOK_CERT_DIR = os.path.join(tempfile.gettempdir(), "k8s-webhook-server", "serving-certs")
+
+
+def parse_service_ref(value: str) -> tuple[str, str]:
+    """`--webhook-service NAMESPACE/NAME` as (namespace, name); ValueError otherwise."""
+    namespace, sep, name = value.partition("/")
+    if not (sep and namespace and name and "/" not in name):
+        raise ValueError(f"--webhook-service must be NAMESPACE/NAME, got {value!r}")
+    return namespace, name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +58,16 @@ class Options:
     shutdown_timeout: float = 20.0
     log_format: LogFormat = LogFormat.TEXT
     verbosity: int = 0
+    # The admission webhook (issue 14): served by every replica.
+    webhook_bind_address: str = ":9443"
+    webhook_cert_dir: str = DEFAULT_WEBHOOK_CERT_DIR
+    # Off where cert-manager writes the cert dir and injects the CA.
+    webhook_self_signed: bool = True
+    webhook_service: str = "gpuclaimctl-system/gpuclaimctl-webhook"
+    webhook_configuration: str = "gpuclaimctl"
+    # More names or IPs the self-signed certificate is valid for (a `url:`
+    # client config, when the controller runs outside the cluster).
+    webhook_hosts: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise ValueError with one line naming the first bad value."""
@@ -84,8 +108,14 @@ class Options:
             raise ValueError("--local starts its own control plane; "
                              "do not also give --kubeconfig or --context")
         for flag, addr in (("--metrics-bind-address", self.metrics_bind_address),
-                           ("--health-bind-address", self.health_bind_address)):
+                           ("--health-bind-address", self.health_bind_address),
+                           ("--webhook-bind-address", self.webhook_bind_address)):
             parse_bind_address(addr, flag)
+        if not self.webhook_cert_dir.strip():
+            raise ValueError("--webhook-cert-dir must not be empty")
+        parse_service_ref(self.webhook_service)
+        if not self.webhook_configuration.strip():
+            raise ValueError("--webhook-configuration must not be empty")
         if self.metrics_max_namespaces < 0:
             raise ValueError("--metrics-max-namespaces must not be negative, "
                              f"got {self.metrics_max_namespaces}")
