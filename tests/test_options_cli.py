@@ -38,7 +38,7 @@ def test_the_defaults_are_valid_with_and_without_leader_election() -> None:
                      id="negative-shutdown-timeout"),
         pytest.param({"kube_api_qps": 0.0}, "--kube-api-qps must be > 0", id="no-qps"),
         pytest.param({"kube_api_burst": 0}, "--kube-api-burst at least 1", id="no-burst"),
-        pytest.param({"kube_api_qps": 200.0}, "--kube-api-burst must be at least --kube-api-qps",
+        pytest.param({"kube_api_qps": 500.0}, "--kube-api-burst must be at least --kube-api-qps",
                      id="burst-below-qps"),
         pytest.param({"verbosity": -1}, "-v must not be negative", id="negative-verbosity"),
         pytest.param({"local": True, "kubeconfig": "/k"}, "do not also give --kubeconfig",

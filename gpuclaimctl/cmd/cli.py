@@ -106,11 +106,11 @@ def version() -> None:
                    "seen keeping theirs; later ones are counted as `other`.")
 @click.option("--health-bind-address", default=":8081", show_default=True,
               help="host:port for /healthz and /readyz; 0 disables.")
-@click.option("--kube-api-qps", type=float, default=50.0, show_default=True)
-@click.option("--kube-api-burst", type=int, default=100, show_default=True)
-@click.option("--event-qps", type=float, default=5.0, show_default=True,
+@click.option("--kube-api-qps", type=float, default=200.0, show_default=True)
+@click.option("--kube-api-burst", type=int, default=400, show_default=True)
+@click.option("--event-qps", type=float, default=20.0, show_default=True,
               help="Events sent per second, apart from --kube-api-qps.")
-@click.option("--event-burst", type=int, default=25, show_default=True,
+@click.option("--event-burst", type=int, default=50, show_default=True,
               help="Events sent at once before --event-qps applies.")
 @click.option("--placement-strategy", type=click.Choice([s.value for s in Strategy]),
               default=Strategy.BINPACK.value, show_default=True,

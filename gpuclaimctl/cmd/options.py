@@ -47,11 +47,11 @@ class Options:
     # come first served; the rest are `other` (metrics.controller).
     metrics_max_namespaces: int = 100
     health_bind_address: str = ":8081"
-    kube_api_qps: float = 50.0
-    kube_api_burst: int = 100
+    kube_api_qps: float = 200.0
+    kube_api_burst: int = 400
     # The event recorder's own budget, apart from --kube-api-qps/burst.
-    event_qps: float = 5.0
-    event_burst: int = 25
+    event_qps: float = 20.0
+    event_burst: int = 50
     strategy: Strategy = Strategy.BINPACK
     reject_for: float = 600.0
     node_lost_grace: float = 300.0
