@@ -152,7 +152,8 @@ def test_every_namespaced_object_lives_in_the_system_namespace(
     base: dict[tuple[str, str, str, str], Obj],
 ) -> None:
     cluster_kinds = {"Namespace", "CustomResourceDefinition", "ClusterRole",
-                     "ClusterRoleBinding"}
+                     "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                     "ValidatingWebhookConfiguration"}
     for (_, kind, namespace, name) in base:
         expected = "" if kind in cluster_kinds else SYSTEM_NAMESPACE
         assert namespace == expected, f"{kind}/{name}"
@@ -179,7 +180,7 @@ def test_deployment_runs_two_leader_elected_replicas_on_different_nodes(
 
 def test_deployment_probes_and_serves_on_named_ports(container: Obj) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     env = env_of(container)
@@ -429,10 +430,16 @@ def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
 @pytest.fixture(scope="module")
 def applied_base(full_plane: ControlPlane, api_client: client.ApiClient,
                  crds: list[str]) -> Iterator[list[Obj]]:
-    """`kubectl apply --server-side -k deploy/`; everything but the CRDs removed after."""
+    """`kubectl apply --server-side -k deploy/`; everything but the CRDs removed after.
+
+    Except the webhook configurations: they would send every pod with claims
+    in the session's plane to a Service nothing serves here (failurePolicy
+    Fail). tests/test_webhook_deploy.py has the API server check them with a
+    dry run; tests/test_webhook_plane.py serves the same rendering."""
+    rendered = [o for o in render_base_with_kubectl(kubectl_path(full_plane))
+                if not o["kind"].endswith("WebhookConfiguration")]
     out = kubectl(full_plane, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}",
-                  "-k", str(DEPLOY))
-    rendered = render_base_with_kubectl(kubectl_path(full_plane))
+                  "-f", "-", stdin=yaml.safe_dump_all(rendered))
     try:
         yield rendered
     finally:

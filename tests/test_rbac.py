@@ -33,7 +33,8 @@ from gpuclaimctl.model import api
 from gpuclaimctl.client import kube
 from gpuclaimctl.controlplane import ControlPlane
 from gpuclaimctl.model.podclaims import ClaimEntry, template_claim
-from tests.helpers import gpu_node_manifest, node_is_ready, wait_for
+from gpuclaimctl.webhook import configurations
+from tests.helpers import free_port, gpu_node_manifest, node_is_ready, wait_for
 from tests.test_deploy_manifests import (
     DEPLOY,
     SERVICE_ACCOUNT,
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.plane
 
 FIELD_MANAGER = "gpuclaimctl-rbac-test"
 RBAC_FILES = ["namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
-              "clusterrolebinding.yaml", "leader-election-rbac.yaml"]
+              "clusterrolebinding.yaml", "leader-election-rbac.yaml", "webhook-rbac.yaml"]
 # The Lease the Role names; the Deployment's lease name.
 LEASE_NAME = "gpuclaimctl"
 OWNER_REFERENCES_PLUGIN = "OwnerReferencesPermissionEnforcement"
@@ -63,7 +64,7 @@ UNEXERCISED = {
     **{("list", group, resource, ""): _WATCHLIST_FALLBACK for group, resource in (
         ("", "nodes"), ("", "pods"), ("", "persistentvolumeclaims"), ("", "persistentvolumes"),
         ("gpuclaimctl.io", "gpuclasses"), ("gpuclaimctl.io", "gpuclaimtemplates"),
-        ("gpuclaimctl.io", "gpubudgets"))},
+        ("gpuclaimctl.io", "gpubudgets"), ("", "namespaces"))},
     ("update", "", "pods", "finalizers"): (
         "no request uses it: clusters running the OwnerReferencesPermissionEnforcement "
         "admission plugin check it when the controller creates a template claim owned by "
@@ -193,6 +194,8 @@ class Stories:
     lease_holder_after_exit: str
     exit_code: int
     audit: list[dict[str, Any]]
+    # Reviews the webhook answered for the pods of the stories.
+    admissions: float = 0.0
 
 
 def _node(api_client: client.ApiClient, name: str, **kw: Any) -> str:
@@ -213,6 +216,18 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
     nodes: list[str] = []
     proc: ControllerProcess | None = None
     apply(full_plane, rbac_docs())
+    # The webhook serves on loopback, registered with a url: client config
+    # (deploy/'s Service has nobody behind it here) under deploy/'s name,
+    # for this namespace's pods alone; its certificate goes into deploy/'s
+    # empty Secret.
+    webhook_port = free_port()
+    mutating, validating = configurations.render(
+        {"url": f"https://127.0.0.1:{webhook_port}"}, controller_username=SERVICE_ACCOUNT,
+        excluded_namespaces=["kube-system", SYSTEM_NAMESPACE],
+        extra_namespace_requirements=[{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                       "values": [ns]}])
+    apply(full_plane, [d for d in load_yaml_docs(DEPLOY / "webhook.yaml") if d["kind"] == "Secret"]
+          + [mutating, validating])
     try:
         kubeconfig = service_account_kubeconfig(full_plane, api_client, workdir / "sa.kubeconfig")
         roomy = _node(api_client, f"roomy-{cluster.tag}", gpus=8,
@@ -243,7 +258,10 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
                          "spec": {"limits": [{"className": "*", "gpus": 64}]}})
 
         running = ControllerProcess("sa", str(kubeconfig), workdir,
-                                    lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME)
+                                    lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME,
+                                    flags=("--webhook-bind-address", f"127.0.0.1:{webhook_port}",
+                                           "--webhook-host", "127.0.0.1",
+                                           "--webhook-cert-dir", str(workdir / "certs")))
         proc = running.start()
         wait_for(lambda: running.leading() and running.ready(), timeout=60,
                  message=lambda: f"the controller to lead and be ready:\n{running.log_tail()}")
@@ -283,13 +301,17 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
             return bool(lease["spec"]["renewTime"] != lease["spec"]["acquireTime"])
 
         wait_for(renewed, timeout=10, message="the controller to renew its Lease")
+        admissions = sum(v for name, _labels, v in running.samples()
+                         if name == "gpuclaimctl_admission_requests_total")
         running.signal(signal.SIGTERM)
         code = running.wait(30)
         yield Stories(
             node=roomy, placed_claims=placed, events=events, stale_claim=stale_after,
             lease_holder_after_exit=lease_holder(api_client, SYSTEM_NAMESPACE, LEASE_NAME),
-            exit_code=code, audit=full_plane.audit_events(SERVICE_ACCOUNT))
+            exit_code=code, audit=full_plane.audit_events(SERVICE_ACCOUNT), admissions=admissions)
     finally:
+        kubectl(full_plane, "delete", "--ignore-not-found", "-f", "-",
+                stdin=yaml.safe_dump_all([mutating, validating]))
         if proc is not None:
             proc.stop()
         cluster.cleanup()
@@ -317,6 +339,12 @@ def test_controller_does_its_whole_job_with_only_its_service_accounts_rights(
                     if (e.get("objectRef") or {}).get("resource") == "leases"
                     and e["objectRef"].get("name") == LEASE_NAME}
     assert {"create", "get", "update"} <= lease_requests
+    # Every replica serves the webhook; this one answered the stories' pods,
+    # with the certificate it wrote into deploy/'s Secret.
+    assert stories.admissions >= 2
+    secret_writes = {e["verb"] for e in stories.audit
+                     if (e.get("objectRef") or {}).get("resource") == "secrets"}
+    assert secret_writes == {"get", "update"}
 
 
 def test_the_api_server_refused_the_controller_nothing(stories: Stories) -> None:

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import tempfile
 
 from gpuclaimctl.cmd.bindaddress import parse_bind_address
 from gpuclaimctl.logs import LogFormat
 from gpuclaimctl.model.api import Strategy
 
 
-# controller-runtime's default, under the (writable, emptyDir) temp dir.
-DEFAULT_WEBHOOK_CERT_DIR = os.path.join(tempfile.gettempdir(), "k8s-webhook-server", "serving-certs")
+# controller-runtime's default; /tmp is the Deployment's writable emptyDir.
+DEFAULT_WEBHOOK_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
 
 
 def parse_service_ref(value: str) -> tuple[str, str]:
