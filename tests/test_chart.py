@@ -166,11 +166,15 @@ def test_chart_and_app_version_are_the_projects() -> None:
 def test_objects_go_to_the_release_namespace(helm: list[str]) -> None:
     out = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", "gpu-ops").stdout
     objs = [d for d in yaml.safe_load_all(out) if d]
-    namespaced = [o for o in objs if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")]
+    namespaced = [o for o in objs if o["kind"] not in ("ClusterRole", "ClusterRoleBinding",
+                                                       "MutatingWebhookConfiguration",
+                                                       "ValidatingWebhookConfiguration")]
     assert namespaced and {o["metadata"]["namespace"] for o in namespaced} == {"gpu-ops"}
     subjects = [s for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
                 for s in o["subjects"]]
     assert subjects and {s["namespace"] for s in subjects} == {"gpu-ops"}
+    webhooks = [h for o in objs if o["kind"].endswith("WebhookConfiguration") for h in o["webhooks"]]
+    assert webhooks and {h["clientConfig"]["service"]["namespace"] for h in webhooks} == {"gpu-ops"}
 
 
 def test_image_replicas_and_resources_reach_the_deployment(helm: list[str]) -> None:
@@ -212,7 +216,8 @@ def test_one_replica_runs_without_leader_election_and_without_the_lease_role(
     c = container(objs)
     assert c["args"] == ["run", "--no-leader-elect"]
     assert not [e for e in c["env"] if e["name"].startswith("GPUCLAIMCTL_LEADER_ELECT")]
-    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")]
+    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")
+                and o["metadata"]["name"] == "gpuclaimctl-leader-election"]
 
 
 def test_chart_refuses_several_replicas_without_leader_election(helm: list[str]) -> None:

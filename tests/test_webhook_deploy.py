@@ -79,12 +79,8 @@ def test_service_secret_and_flags_agree() -> None:
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
     assert env["GPUCLAIMCTL_WEBHOOK_BIND_ADDRESS"]["value"].rsplit(":", 1)[1] == str(ports["webhook"])
-    # The namespace comes from the pod's own (the Lease's variable, set from
-    # metadata.namespace); the rest must name the Service and its Secret.
-    value = env["GPUCLAIMCTL_WEBHOOK_SERVICE"]["value"]
-    assert value == "$(GPUCLAIMCTL_LEADER_ELECT_NAMESPACE)/" + service["metadata"]["name"]
-    assert list(env).index("GPUCLAIMCTL_LEADER_ELECT_NAMESPACE") < list(env).index("GPUCLAIMCTL_WEBHOOK_SERVICE")
-    namespace, name = parse_service_ref(f"{SYSTEM_NAMESPACE}/{service['metadata']['name']}")
+    namespace, name = parse_service_ref(env["GPUCLAIMCTL_WEBHOOK_SERVICE"]["value"])
+    assert (namespace, name) == (service["metadata"]["namespace"], service["metadata"]["name"])
     assert docs["Secret"]["metadata"]["name"] == secret_name(name)
     assert parse_service_ref(Options().webhook_service) == (namespace, name)
     # The default cert dir is under the writable /tmp volume.
