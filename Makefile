@@ -44,8 +44,9 @@ bench: bench-workqueue bench-placement bench-informers bench-controller
 bench-workqueue: $(STAMP)
 	$(PY) -m benchmarks.workqueue_bench
 
+# Builds its client-go reference (benchmarks/go/informer) itself, first.
 bench-informers: controlplane
-	$(PY) -m benchmarks.informer_bench
+	$(PY) -m benchmarks.informer_bench $(BENCH_INFORMERS_ARGS)
 
 bench-placement: $(STAMP)
 	$(PY) -m benchmarks.placement_bench

@@ -1,36 +1,46 @@
-"""Benchmark: initial sync and watch throughput of the informers against a real API server.
+"""Benchmark: the initial sync of a pod informer against a real API server, ours beside client-go.
 
-    python -m benchmarks.informer_bench [--pods 20000] [--repeat 3]
+    python -m benchmarks.informer_bench [--pods 20000] [--repeat 3] [--official] [--no-go] [--no-watch]
 
-Starts its own control plane (etcd + kube-apiserver), creates the pods (gated
-GPU pods in 20 namespaces, shaped like the ones gpuclaimctl handles), then
-runs each variant in a fresh subprocess so CPU and RSS are its own:
+Builds the client-go reference (benchmarks/go/informer, client-go v0.37.2)
+first, starts its own control plane (etcd + kube-apiserver), creates the
+pods (``pod_manifest``: gated training pods of two containers with env,
+probes and volumes, about 9 KB of JSON each without managedFields, each
+drawn with its own values), then runs each variant in a fresh process, so
+CPU and RSS are its own, round-robin ``--repeat`` times:
 
-- ``informers``: this package's SharedInformer for pods, transform dropping
-  managedFields, one handler; synced = the handler got every initial add.
-- ``official``: the official client's ``kubernetes.informer.SharedInformer``
-  over ``list_pod_for_all_namespaces`` (models); synced = every ADDED fired.
-- ``limit``: the same HTTP requests as ``informers`` plus the same orjson
-  decode, keeping nothing: what no informer can beat.
+- WatchList: the limit (the informer's own WatchList request, each event
+  decoded as its line arrives, nothing kept), client-go's informer with its
+  defaults (WatchList on at v0.37), ours with the factory's defaults
+  (WatchList, managedFields dropped, Compactor), ours without the Compactor;
+- list (resourceVersion "0" in pages of 500: what client-go lists with):
+  the limit (the informer's own streaming decode, nothing kept), client-go
+  with ``KUBE_FEATURE_WatchListClient=false``, ours with
+  ``use_watch_list=False``;
+- with ``--official``, the official Python client's informer (models).
 
-Each is run for the initial list client-go uses (resourceVersion "0", from
-the watch cache; the server ignores the page size) and, for ours and the
-limit, for a quorum list in pages of 500 (resourceVersion ""). Then the
-watch: the informer's watch is held at a gate while the pods are updated,
-and the backlog is timed until applied to the cache and dispatched to the
-handler; the same events replayed in-process time our side alone.
+Synced means the one event handler had every initial add, on both sides.
+Both sides read JSON (client-go's default; it reads protobuf only when a
+program asks). Each row is printed beside its limit and, for ours, beside
+client-go (ours/client-go), with the bytes held per cached pod; the load of
+the machine is printed before and after. Then the watch: the informer's
+watch is held at a gate while ``--updates`` pods are updated, and the
+backlog is timed until applied and dispatched; the same events replayed
+in-process time our side alone.
 
-The figures are printed, medians of ``--repeat`` runs; nothing fails on a
-time.
+Nothing fails on a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
+import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -74,33 +84,197 @@ def api_client_for(kubeconfig: str) -> Any:
 
 # -- making the pods -----------------------------------------------------------
 
+# The values the pods are drawn from. Each pod takes its own draw (seeded by
+# its index) of image, sizes, probes, sidecar and environment, and has values
+# of its own (rank, run id, data shard, claim), as the pods of many training
+# Jobs and StatefulSets do.
+TEAMS = ["vision", "nlp", "speech", "recsys", "search", "ads", "infra", "research", "robotics", "bio"]
+MODELS = ["resnet50", "bert-large", "gpt-neox", "t5-xl", "vit-h14", "whisper", "llama-13b", "dlrm",
+          "yolo-v8", "unet", "clip", "wav2vec"]
+REGISTRIES = ["registry.example.com", "ghcr.io/example-org", "gcr.io/example-project", "quay.io/example"]
+SIDECARS = [("fluent-bit", "fluent/fluent-bit", 2020), ("otel-agent", "otel/opentelemetry-collector", 8888),
+            ("envoy", "envoyproxy/envoy", 9901), ("dcgm-exporter", "nvidia/dcgm-exporter", 9400)]
+ZONES = ["us-east-1a", "us-east-1b", "us-east-1c", "us-west-2a", "eu-west-1b"]
+
+
+def h(rng: random.Random, n: int) -> str:
+    """n random hex digits."""
+    return "%0*x" % (n, rng.getrandbits(4 * n))
+
 
 def pod_manifest(i: int, namespace: str) -> dict[str, Any]:
-    app = f"train-{i % 50}"
+    """A gated training pod as a Job makes them: 2 containers, env, probes, volumes.
+
+    About 9 KB of JSON as the API server keeps it without managedFields
+    (the defaults and the service account volume it adds included), 16 KB
+    with them (``pod_weights`` prints both). Seeded by ``i``: each pod
+    differs in many values (image, model, sizes, probes, sidecar; its own
+    rank, run id, data shard and claim), so the cache cannot keep them as a
+    few shared templates."""
+    rng = random.Random(i)
+    team = rng.choice(TEAMS)
+    model = rng.choice(MODELS)
+    workload = f"{team}-{model}-{rng.randrange(400):03d}"
+    name = f"{workload}-{i:06d}"
+    reg = rng.choice(REGISTRIES)
+    tag = f"v{rng.randrange(1, 4)}.{rng.randrange(20)}.{rng.randrange(10)}-{h(rng, 7)}"
+    image = f"{reg}/{team}/{model}-trainer:{tag}"
+    port = rng.choice([8080, 8000, 9000, 5000, 6006])
+    metrics_port = port + 1
+    rank = i % 64
+    gpus = rng.choice([1, 2, 4, 8])
+    cpu = rng.choice(["4", "6", "8", "12", "16", "24"])
+    mem = f"{rng.choice([16, 24, 32, 48, 64, 96, 128])}Gi"
+    run_id = h(rng, 12)
+    side_name, side_image, side_port = rng.choice(SIDECARS)
+    side_tag = f"{rng.randrange(1, 3)}.{rng.randrange(30)}.{rng.randrange(5)}"
+    cm_name = f"{workload}-config-{h(rng, 5)}"
+    secret_name = f"{team}-credentials-{h(rng, 5)}"
+    claim_name = f"data-{name}"
+    labels = {
+        "app.kubernetes.io/name": model,
+        "app.kubernetes.io/instance": workload,
+        "app.kubernetes.io/component": "trainer",
+        "app.kubernetes.io/part-of": f"{team}-platform",
+        "app.kubernetes.io/managed-by": rng.choice(["kubeflow", "argo", "helm", "kustomize"]),
+        "team": team,
+        "batch.kubernetes.io/job-name": workload,
+        "batch.kubernetes.io/job-completion-index": str(rank),
+        "controller-uid": f"{h(rng, 8)}-{h(rng, 4)}-{h(rng, 4)}-{h(rng, 4)}-{h(rng, 12)}",
+    }
+    annotations = {
+        GATE: json.dumps([{"name": "gpu", "className": rng.choice(["a100", "h100", "l4"]), "count": gpus}]),
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(metrics_port),
+        "prometheus.io/path": "/metrics",
+        "checksum/config": hashlib.sha256(f"{workload}{i // 7}".encode()).hexdigest(),
+        "kubectl.kubernetes.io/default-container": "trainer",
+        "example.com/run-id": run_id,
+        "example.com/owner": f"{rng.choice(['alice', 'bob', 'carol', 'dave', 'erin', 'frank', 'grace'])}@example.com",
+    }
+    env = [
+        {"name": "MODEL_NAME", "value": model},
+        {"name": "RUN_ID", "value": run_id},
+        {"name": "RANK", "value": str(rank)},
+        {"name": "WORLD_SIZE", "value": str(rng.choice([8, 16, 32, 64]))},
+        {"name": "MASTER_ADDR", "value": f"{workload}-0.{workload}.{namespace}.svc.cluster.local"},
+        {"name": "MASTER_PORT", "value": str(29500 + rng.randrange(100))},
+        {"name": "DATA_SHARD", "value": f"s3://{team}-datasets/{model}/shard-{i % 997:04d}/"},
+        {"name": "CHECKPOINT_DIR", "value": f"/checkpoints/{workload}/{run_id}"},
+        {"name": "BATCH_SIZE", "value": str(rng.choice([32, 64, 128, 256, 512]))},
+        {"name": "LEARNING_RATE", "value": f"{rng.choice([1, 2, 3, 5])}e-{rng.randrange(3, 6)}"},
+        {"name": "NCCL_DEBUG", "value": rng.choice(["WARN", "INFO"])},
+        {"name": "OMP_NUM_THREADS", "value": cpu},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}},
+        {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "wandb"}}},
+        {"name": "S3_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "s3-access-key"}}},
+        {"name": "DATASET_VERSION", "value": f"{rng.randrange(2023, 2027)}.{rng.randrange(1, 13):02d}.{rng.randrange(100)}"},
+        {"name": "HF_HOME", "value": f"/data/cache/{team}/huggingface"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "NCCL_SOCKET_IFNAME", "value": rng.choice(["eth0", "ens5", "bond0"])},
+        {"name": "NCCL_IB_DISABLE", "value": rng.choice(["0", "1"])},
+        {"name": "TORCH_DISTRIBUTED_DEBUG", "value": rng.choice(["OFF", "INFO", "DETAIL"])},
+        {"name": "GRADIENT_ACCUMULATION_STEPS", "value": str(rng.choice([1, 2, 4, 8]))},
+        {"name": "MAX_STEPS", "value": str(rng.randrange(1000, 200000))},
+        {"name": "EVAL_INTERVAL", "value": str(rng.choice([500, 1000, 2000, 5000]))},
+        {"name": "MLFLOW_TRACKING_URI", "value": f"http://mlflow.{team}.svc.cluster.local:5000"},
+        {"name": "MLFLOW_EXPERIMENT", "value": f"{model}-{h(rng, 6)}"},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+        {"name": "MEMORY_LIMIT", "valueFrom": {"resourceFieldRef": {"containerName": "trainer", "resource": "limits.memory", "divisor": "1Mi"}}},
+    ]
+    probe_path = rng.choice(["/healthz", "/health", "/livez", "/-/healthy"])
+    trainer = {
+        "name": "trainer",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", f"{team}.train"],
+        "args": [f"--model={model}", f"--epochs={rng.randrange(1, 100)}", f"--rank={rank}",
+                 f"--config=/etc/{team}/config.yaml", f"--output=/checkpoints/{workload}",
+                 f"--seed={rng.randrange(1 << 16)}"],
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}],
+        "env": env,
+        "resources": {"requests": {"cpu": cpu, "memory": mem, "nvidia.com/gpu": str(gpus)},
+                      "limits": {"memory": mem, "nvidia.com/gpu": str(gpus)}},
+        "livenessProbe": {"httpGet": {"path": probe_path, "port": port, "scheme": "HTTP"},
+                          "initialDelaySeconds": rng.choice([30, 60, 120]), "periodSeconds": rng.choice([10, 15, 30]),
+                          "timeoutSeconds": rng.choice([1, 3, 5]), "failureThreshold": rng.choice([3, 5, 10])},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": port, "scheme": "HTTP"},
+                           "periodSeconds": rng.choice([5, 10]), "failureThreshold": 3},
+        "startupProbe": {"tcpSocket": {"port": port}, "periodSeconds": 10,
+                         "failureThreshold": rng.choice([30, 60, 90])},
+        "volumeMounts": [
+            {"name": "config", "mountPath": f"/etc/{team}", "readOnly": True},
+            {"name": "credentials", "mountPath": "/var/run/secrets/example.com", "readOnly": True},
+            {"name": "data", "mountPath": "/data"},
+            {"name": "checkpoints", "mountPath": "/checkpoints"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "podinfo", "mountPath": "/etc/podinfo", "readOnly": True},
+        ],
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c",
+                      f"python -m {team}.checkpoint --flush --dir /checkpoints/{workload} && sleep {rng.randrange(5, 30)}"]}}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "runAsUser": 1000 + rng.randrange(1000)},
+    }
+    sidecar = {
+        "name": side_name,
+        "image": f"{side_image}:{side_tag}",
+        "imagePullPolicy": "IfNotPresent",
+        "args": [f"--config=/etc/{side_name}/config.yaml", f"--listen=:{side_port}"],
+        "ports": [{"name": "sidecar", "containerPort": side_port, "protocol": "TCP"}],
+        "env": [
+            {"name": "RUN_ID", "value": run_id},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+            {"name": "LOG_LEVEL", "value": rng.choice(["info", "warn", "debug"])},
+        ],
+        "resources": {"requests": {"cpu": rng.choice(["50m", "100m", "200m"]), "memory": rng.choice(["64Mi", "128Mi", "256Mi"])},
+                      "limits": {"memory": rng.choice(["256Mi", "512Mi"])}},
+        "readinessProbe": {"httpGet": {"path": "/", "port": side_port}, "periodSeconds": 10},
+        "volumeMounts": [{"name": "config", "mountPath": f"/etc/{side_name}", "subPath": side_name, "readOnly": True},
+                         {"name": "checkpoints", "mountPath": "/checkpoints", "readOnly": True}],
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": f"{app}-{i:06d}",
-            "namespace": namespace,
-            "labels": {"app": app, "pod-template-hash": f"{(i % 50) * 7919 % 100000:05d}", "tier": "gpu"},
-            "annotations": {GATE: json.dumps([{"name": "gpu", "className": "a100", "count": 1}])},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": {
             "schedulingGates": [{"name": GATE}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.example.com/ml/train:v1.4.2",
-                    "args": ["--epochs", "10"],
-                    "env": [{"name": "MODEL", "value": "resnet50"}],
-                    "resources": {
-                        "requests": {"cpu": "4", "memory": "16Gi"},
-                        "limits": {"memory": "16Gi"},
-                    },
-                }
+            "containers": [trainer, sidecar],
+            "volumes": [
+                {"name": "config", "configMap": {"name": cm_name, "defaultMode": 0o444}},
+                {"name": "credentials", "secret": {"secretName": secret_name, "defaultMode": 0o400}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim_name}},
+                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": f"{workload}-checkpoints"}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": rng.choice(["8Gi", "16Gi", "32Gi"])}},
+                {"name": "podinfo", "projected": {"defaultMode": 0o420, "sources": [
+                    {"downwardAPI": {"items": [
+                        {"path": "labels", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels"}},
+                        {"path": "annotations", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations"}},
+                        {"path": "cpu_limit", "resourceFieldRef": {"containerName": "trainer", "resource": "requests.cpu", "divisor": "1m"}}]}},
+                    {"configMap": {"name": cm_name, "items": [{"key": "hyperparameters.json", "path": "hyperparameters.json"},
+                                                              {"key": "topology.yaml", "path": "topology.yaml"}]}}]}},
             ],
-            "terminationGracePeriodSeconds": 5,
+            "nodeSelector": {"nvidia.com/gpu.product": rng.choice(["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"])},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": f"{team}.example.com/dedicated", "operator": "Equal", "value": team, "effect": "NoSchedule"},
+            ],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                           "values": rng.sample(ZONES, 2)}]}]}},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                     "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": workload}}}}]},
+            },
+            "securityContext": {"fsGroup": 1000 + rng.randrange(1000), "seccompProfile": {"type": "RuntimeDefault"}},
+            "terminationGracePeriodSeconds": rng.choice([30, 60, 120]),
+            "restartPolicy": "Never",
+            "subdomain": workload,
+            "hostname": f"{workload}-{rank}",
         },
     }
 
@@ -179,7 +353,10 @@ def warm_up(api: Any) -> None:
     resp.release_conn()
 
 
-def run_informers(api: Any, expected: int, initial_rv: str, compact: bool = True) -> dict[str, Any]:
+def run_informers(api: Any, expected: int, watch_list: bool = True, compact: bool = True) -> dict[str, Any]:
+    """This package's SharedInformer for pods as the factory makes it
+    (managedFields dropped, a Compactor), one handler; synced = the handler
+    had every initial add."""
     from informers import PODS, Compactor, EventHandlerFuncs, SharedInformer, chain, strip_managed_fields
     from informers.api import RawClient, ResourceListerWatcher
 
@@ -195,10 +372,9 @@ def run_informers(api: Any, expected: int, initial_rv: str, compact: bool = True
     inf = SharedInformer(
         ResourceListerWatcher(RawClient(api), PODS),
         name="pods",
-        # What the factory does by default.
         transform=chain(strip_managed_fields, Compactor()) if compact else strip_managed_fields,
         page_size=PAGE_SIZE,
-        initial_resource_version=initial_rv,
+        use_watch_list=watch_list,
     )
     reg = inf.add_event_handler(EventHandlerFuncs(add=on_add))
     inf.start()
@@ -206,18 +382,34 @@ def run_informers(api: Any, expected: int, initial_rv: str, compact: bool = True
         raise RuntimeError("informer did not sync")
     elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     n = len(inf.indexer)
+    stats = inf.reflector.stats
     inf.stop()
     gc.collect()
     held = rss_bytes() - base
     peak = peak_rss_bytes()  # before deep_size, whose bookkeeping is big
     return {
         "sync_s": elapsed, "cpu_s": cpu, "peak_rss": peak, "objects": n,
-        "bytes_per_object": held / n, "handler_adds": adds[0], "pages": inf.reflector.stats.last_list_pages,
+        "bytes_per_object": held / n, "handler_adds": adds[0],
+        "watch_lists": stats.watch_lists, "lists": stats.lists, "pages": stats.last_list_pages,
         "deep_bytes_per_object": deep_size(inf.indexer.list()) / n,
     }
 
 
-def run_official(api: Any, expected: int, initial_rv: str) -> dict[str, Any]:
+def run_ours_watch_list(api: Any, expected: int) -> dict[str, Any]:
+    return run_informers(api, expected, watch_list=True)
+
+
+def run_ours_list(api: Any, expected: int) -> dict[str, Any]:
+    return run_informers(api, expected, watch_list=False)
+
+
+def run_ours_no_compact(api: Any, expected: int) -> dict[str, Any]:
+    return run_informers(api, expected, watch_list=True, compact=False)
+
+
+def run_official(api: Any, expected: int) -> dict[str, Any]:
+    """The official client's ``kubernetes.informer.SharedInformer`` (models);
+    synced = every ADDED fired."""
     from kubernetes import client
     from kubernetes.informer import ADDED, SharedInformer
 
@@ -236,59 +428,66 @@ def run_official(api: Any, expected: int, initial_rv: str) -> dict[str, Any]:
     inf = SharedInformer(client.CoreV1Api(api).list_pod_for_all_namespaces)
     inf.add_event_handler(ADDED, on_add)
     inf.start()
-    if not done.wait(1800):
+    if not done.wait(3600):
         raise RuntimeError("official informer did not sync")
     elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     n = len(inf.cache.list_keys())
     gc.collect()
     held = rss_bytes() - base
-    result = {
+    # Its stop() joins a watch that only a server timeout ends: the child exits instead.
+    return {
         "sync_s": elapsed, "cpu_s": cpu, "peak_rss": peak_rss_bytes(), "objects": n,
-        "bytes_per_object": held / n, "handler_adds": adds[0], "pages": 1,
+        "bytes_per_object": held / n, "handler_adds": adds[0],
     }
-    # Its stop() joins a watch that only a server timeout ends: exit instead.
-    return result
 
 
-def run_limit(api: Any, expected: int, initial_rv: str, streamed: bool = False) -> dict[str, Any]:
-    """The same requests, each answer read whole and decoded whole (or, with
-    ``streamed``, decoded item by item as the informer does), keeping nothing."""
+def run_limit_list(api: Any, expected: int) -> dict[str, Any]:
+    """The informer's list requests (resourceVersion "0", pages of 500), each
+    item decoded as it arrives by the informer's own streaming decoder,
+    nothing kept: what no informer that lists can beat."""
     from informers import PODS
-    from informers.api import RawClient, ResourceListerWatcher, decode
+    from informers.api import RawClient, ResourceListerWatcher
 
-    raw = RawClient(api)
-    lw = ResourceListerWatcher(raw, PODS)
+    lw = ResourceListerWatcher(RawClient(api), PODS)
     empty: dict[str, Any] = {}
+    warm_up(api)
     gc.collect()
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     n, pages, token = 0, 0, ""
     while True:
-        if streamed:
-            page = lw.list_page(resource_version="" if token else initial_rv, limit=PAGE_SIZE,
-                                continue_token=token, transform=lambda o: empty)
-            count, token = len(page.items), page.continue_token
-        else:
-            params = [("limit", str(PAGE_SIZE))]
-            if token:
-                params.append(("continue", token))
-            elif initial_rv:
-                params.append(("resourceVersion", initial_rv))
-            resp = raw.get(PODS.collection_path(), params, read_timeout=120)
-            body = resp.read()
-            resp.release_conn()
-            data = decode(body)
-            count, token = len(data["items"]), data["metadata"].get("continue", "")
-            del data, body
-        n += count
-        pages += 1
+        page = lw.list_page(resource_version="" if token else "0", limit=PAGE_SIZE,
+                            continue_token=token, transform=lambda o: empty)
+        n, pages, token = n + len(page.items), pages + 1, page.continue_token
         if not token:
             break
     elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     return {"sync_s": elapsed, "cpu_s": cpu, "peak_rss": peak_rss_bytes(), "objects": n, "pages": pages}
 
 
-def run_limit_streamed(api: Any, expected: int, initial_rv: str) -> dict[str, Any]:
-    return run_limit(api, expected, initial_rv, streamed=True)
+def run_limit_watch_list(api: Any, expected: int) -> dict[str, Any]:
+    """The informer's WatchList request, each event decoded as its line
+    arrives, nothing kept, until the bookmark that ends the initial events:
+    what no informer that uses WatchList can beat."""
+    from informers import PODS
+    from informers.api import RawClient, ResourceListerWatcher
+    from informers.listwatch import BOOKMARK, is_initial_events_end
+
+    lw = ResourceListerWatcher(RawClient(api), PODS)
+    warm_up(api)
+    gc.collect()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    stream = lw.watch(resource_version="", timeout_seconds=600, send_initial_events=True)
+    n, ended = 0, False
+    for etype, obj in stream:
+        if etype == BOOKMARK and is_initial_events_end(obj):
+            ended = True
+            break
+        n += 1
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    stream.close()
+    if not ended:
+        raise RuntimeError("the WatchList stream ended before its initial events did")
+    return {"sync_s": elapsed, "cpu_s": cpu, "peak_rss": peak_rss_bytes(), "objects": n}
 
 
 def deep_size(objs: list[Any]) -> int:
@@ -310,7 +509,7 @@ def deep_size(objs: list[Any]) -> int:
     return total
 
 
-def run_watch(api: Any, expected: int, initial_rv: str, updates: int) -> dict[str, Any]:
+def run_watch(api: Any, expected: int, updates: int) -> dict[str, Any]:
     """Hold the watch at a gate, update ``updates`` pods, then time the backlog."""
     from informers import PODS, Compactor, EventHandlerFuncs, SharedInformer, chain, strip_managed_fields
     from informers.api import RawClient, ResourceListerWatcher
@@ -322,9 +521,10 @@ def run_watch(api: Any, expected: int, initial_rv: str, updates: int) -> dict[st
     def on_update(old: dict[str, Any], new: dict[str, Any]) -> None:
         updated[0] += 1
 
-    # Short watches, so the gate is reached soon after it closes.
+    # Short watches, so the gate is reached soon after it closes; listed,
+    # since a WatchList stream of this many pods may outlast such a watch.
     inf = SharedInformer(gated, name="pods", transform=chain(strip_managed_fields, Compactor()),
-                         min_watch_timeout=3)
+                         min_watch_timeout=3, use_watch_list=False)
     inf.add_event_handler(EventHandlerFuncs(update=on_update))
     inf.start()
     if not inf.wait_for_sync(600):
@@ -357,7 +557,7 @@ def run_watch(api: Any, expected: int, initial_rv: str, updates: int) -> dict[st
     }
 
 
-def run_replay(api: Any, expected: int, initial_rv: str, updates: int) -> dict[str, Any]:
+def run_replay(api: Any, expected: int, updates: int) -> dict[str, Any]:
     """The same kind of events fed from memory: decode, transform, apply, dispatch."""
     from informers import PODS, Compactor, EventHandlerFuncs, SharedInformer, chain, strip_managed_fields
     from informers.api import RawClient, ResourceListerWatcher
@@ -422,16 +622,13 @@ def run_replay(api: Any, expected: int, initial_rv: str, updates: int) -> dict[s
     }
 
 
-def run_informers_uncompacted(api: Any, expected: int, initial_rv: str) -> dict[str, Any]:
-    return run_informers(api, expected, initial_rv, compact=False)
-
-
 VARIANTS: dict[str, Callable[..., dict[str, Any]]] = {
-    "informers": run_informers,
-    "no-compact": run_informers_uncompacted,
+    "limit-watchlist": run_limit_watch_list,
+    "limit-list": run_limit_list,
+    "ours-watchlist": run_ours_watch_list,
+    "ours-list": run_ours_list,
+    "ours-no-compact": run_ours_no_compact,
     "official": run_official,
-    "limit": run_limit,
-    "limit-stream": run_limit_streamed,
     "watch": run_watch,
     "replay": run_replay,
 }
@@ -443,16 +640,15 @@ def child(args: argparse.Namespace) -> None:
     kwargs: dict[str, Any] = {}
     if args.child in ("watch", "replay"):
         kwargs["updates"] = args.updates
-    result = fn(api, args.pods, args.initial_rv, **kwargs)
+    result = fn(api, args.pods, **kwargs)
     print("RESULT " + json.dumps(result), flush=True)
     os._exit(0)  # the official informer's thread would block a normal exit
 
 
-def run_child(kubeconfig: Path, variant: str, pods: int, initial_rv: str, updates: int) -> dict[str, Any]:
+def run_child(kubeconfig: Path, variant: str, pods: int, updates: int) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "benchmarks.informer_bench", "--child", variant,
-        "--kubeconfig", str(kubeconfig), "--pods", str(pods), "--initial-rv", initial_rv,
-        "--updates", str(updates),
+        "--kubeconfig", str(kubeconfig), "--pods", str(pods), "--updates", str(updates),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600,
                          cwd=Path(__file__).resolve().parent.parent)
@@ -463,6 +659,43 @@ def run_child(kubeconfig: Path, variant: str, pods: int, initial_rv: str, update
     raise RuntimeError(f"{variant} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
 
 
+# -- client-go (benchmarks/go/informer) ----------------------------------------
+
+GO_MODULE = Path(__file__).resolve().parent / "go" / "informer"
+BIN_DIR = Path.home() / ".cache" / "gpuclaimctl" / "bench"
+GO_BINARY = BIN_DIR / "informer-bench"
+
+
+def build_go() -> str | None:
+    """Build the client-go reference; None, or why there is none."""
+    go = shutil.which("go")
+    if go is None:
+        return "no `go` on PATH"
+    BIN_DIR.mkdir(parents=True, exist_ok=True)
+    build = subprocess.run([go, "build", "-trimpath", "-o", str(GO_BINARY), "."],
+                           cwd=GO_MODULE, capture_output=True, text=True)
+    if build.returncode != 0:
+        return "go build failed: " + build.stderr.strip()[-500:]
+    return None
+
+
+def run_go(kubeconfig: Path, watch_list: bool) -> dict[str, Any]:
+    """One run of the client-go informer; its WatchList through client-go's
+    own feature gate (KUBE_FEATURE_WatchListClient), on by default."""
+    env = dict(os.environ)
+    env.pop("KUBE_FEATURE_WatchListClient", None)
+    if not watch_list:
+        env["KUBE_FEATURE_WatchListClient"] = "false"
+    out = subprocess.run([str(GO_BINARY), "-kubeconfig", str(kubeconfig)], capture_output=True,
+                         text=True, timeout=3600, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"client-go informer failed:\n{out.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if bool(result["watch_list"]) != watch_list:
+        raise RuntimeError(f"client-go ran with WatchList {result['watch_list']}, asked for {watch_list}")
+    return result
+
+
 # -- the report ----------------------------------------------------------------
 
 
@@ -470,12 +703,17 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in runs[0]:
         values = [r[k] for r in runs]
-        out[k] = statistics.median(values) if isinstance(values[0], (int, float)) else values[0]
+        if isinstance(values[0], (int, float)) and not isinstance(values[0], bool):
+            out[k] = statistics.median(values)
+        else:
+            out[k] = values[0]
     out["sync_s_best"] = min(r.get("sync_s", 0.0) for r in runs)
     return out
 
 
 def pod_weights(api: Any) -> dict[str, float]:
+    """The pods' weight as JSON on the wire and without managedFields, and how
+    many of a sample's trainer containers and pod specs are distinct."""
     from informers import PODS, strip_managed_fields
     from informers.api import RawClient
 
@@ -484,8 +722,17 @@ def pod_weights(api: Any) -> dict[str, float]:
     resp.release_conn()
     items = orjson.loads(body)["items"]
     raw = sum(len(orjson.dumps(o)) for o in items) / len(items)
-    stripped = sum(len(orjson.dumps(strip_managed_fields(o))) for o in items) / len(items)
-    return {"json_bytes": raw, "json_bytes_after_transform": stripped}
+    stripped = [strip_managed_fields(o) for o in items]
+    weight = sum(len(orjson.dumps(o)) for o in stripped) / len(items)
+    containers = {orjson.dumps(o["spec"]["containers"][0], option=orjson.OPT_SORT_KEYS) for o in stripped}
+    specs = {orjson.dumps(o["spec"], option=orjson.OPT_SORT_KEYS) for o in stripped}
+    return {"json_bytes": raw, "json_bytes_after_transform": weight, "sample": len(items),
+            "distinct_trainers": len(containers), "distinct_specs": len(specs)}
+
+
+def uptime() -> str:
+    out = subprocess.run(["uptime"], capture_output=True, text=True)
+    return out.stdout.strip() or "load average: %.2f, %.2f, %.2f" % os.getloadavg()
 
 
 def main() -> None:
@@ -493,92 +740,132 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--updates", type=int, default=10_000)
-    parser.add_argument("--skip-official", action="store_true", help="the slow baseline")
+    parser.add_argument("--official", action="store_true",
+                        help="also run the official client's informer (slow: minutes per run)")
+    parser.add_argument("--no-go", action="store_true", help="skip the client-go reference")
+    parser.add_argument("--no-watch", action="store_true", help="skip the watch throughput part")
     parser.add_argument("--existing", metavar="KUBECONFIG",
                         help="measure a cluster that already has the pods (e.g. kept from an earlier run)")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
-    parser.add_argument("--initial-rv", default="0", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
 
+    # Built before the plane starts, so the compiler's CPU is nobody's figure.
+    go_missing = "--no-go" if args.no_go else build_go()
     if args.existing:
-        # A cluster from an earlier run that has the pods already.
-        measure(args, Path(args.existing), None)
+        measure(args, Path(args.existing), None, go_missing)
         return
     from gpuclaimctl.controlplane import ControlPlane
 
     with ControlPlane(log=lambda m: print(f"[plane] {m}", file=sys.stderr)) as plane:
         api = api_client_for(str(plane.kubeconfig))
         took = create_pods(api, args.pods)
-        measure(args, plane.kubeconfig, took)
+        measure(args, plane.kubeconfig, took, go_missing)
 
 
-def measure(args: argparse.Namespace, kubeconfig: Path, took: float | None) -> None:
+PLAN = [
+    # (protocol, variant): the limit first, then client-go, then ours.
+    ("WatchList", "limit-watchlist"),
+    ("WatchList", "client-go"),
+    ("WatchList", "ours-watchlist"),
+    ("WatchList", "ours-no-compact"),
+    ("list", "limit-list"),
+    ("list", "client-go"),
+    ("list", "ours-list"),
+]
+LABELS = {
+    "limit-watchlist": "limit: stream decoded, nothing kept",
+    "limit-list": "limit: pages decoded as they arrive, nothing kept",
+    "client-go": "client-go v0.37.2 informer (Go)",
+    "ours-watchlist": "ours (factory defaults)",
+    "ours-no-compact": "ours without the Compactor",
+    "ours-list": "ours, use_watch_list=False",
+    "official": "official Python client's informer",
+}
+
+
+def measure(args: argparse.Namespace, kubeconfig: Path, took: float | None, go_missing: str | None) -> None:
     api = api_client_for(str(kubeconfig))
+    load_before = uptime()
     if took is not None:
-        print(f"created {args.pods} pods in {took:.1f}s ({args.pods / took:.0f}/s)")
+        print(f"created {args.pods} pods in {took:.1f}s ({args.pods / took:.0f}/s)", file=sys.stderr)
     weights = pod_weights(api)
-    plan = [("limit", "0"), ("limit-stream", "0"), ("informers", "0"), ("no-compact", "0")]
-    if not args.skip_official:
-        plan.append(("official", "0"))
-    plan += [("limit", ""), ("limit-stream", ""), ("informers", "")]
+    plan = [p for p in PLAN if not (p[1] == "client-go" and go_missing)]
+    if args.official:
+        plan.append(("list", "official"))
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {p: [] for p in plan}
     # Round-robin, so a busy spell of the machine hits every variant alike.
     for _ in range(args.repeat):
-        for variant, rv in plan:
-            r = run_child(kubeconfig, variant, args.pods, rv, args.updates)
-            runs[(variant, rv)].append(r)
-            print(f"  {variant:10} rv={rv!r:4} sync {r['sync_s']:.2f}s", file=sys.stderr)
-    rows = [(v, rv, median_of(runs[(v, rv)])) for v, rv in plan]
-    watch = median_of([run_child(kubeconfig, "watch", args.pods, "0", args.updates)
-                       for _ in range(args.repeat)])
-    replay = median_of([run_child(kubeconfig, "replay", args.pods, "0", args.updates)
-                        for _ in range(args.repeat)])
-    report(args, weights, rows, watch, replay)
+        for protocol, variant in plan:
+            if variant == "client-go":
+                r = run_go(kubeconfig, watch_list=protocol == "WatchList")
+            else:
+                r = run_child(kubeconfig, variant, args.pods, args.updates)
+            if r["objects"] != args.pods:
+                raise RuntimeError(f"{variant} ({protocol}) saw {r['objects']} pods, not {args.pods}")
+            runs[(protocol, variant)].append(r)
+            print(f"  {protocol:9} {variant:16} sync {r['sync_s']:.2f}s", file=sys.stderr)
+    rows = [(protocol, variant, median_of(runs[(protocol, variant)])) for protocol, variant in plan]
+    watch = replay = None
+    if not args.no_watch:
+        watch = median_of([run_child(kubeconfig, "watch", args.pods, args.updates) for _ in range(args.repeat)])
+        replay = median_of([run_child(kubeconfig, "replay", args.pods, args.updates) for _ in range(args.repeat)])
+    report(args, weights, rows, watch, replay, go_missing, load_before, uptime())
 
 
 def report(args: argparse.Namespace, weights: dict[str, float], rows: list[tuple[str, str, dict[str, Any]]],
-           watch: dict[str, Any], replay: dict[str, Any]) -> None:
+           watch: dict[str, Any] | None, replay: dict[str, Any] | None, go_missing: str | None,
+           load_before: str, load_after: str) -> None:
     print()
-    print(f"initial sync of {args.pods} pods (median and best of {args.repeat} runs, "
-          "round-robin, each in a fresh process)")
-    print(f"a pod weighs {weights['json_bytes']:.0f} B as JSON, "
-          f"{weights['json_bytes_after_transform']:.0f} B without managedFields")
-    header = (f"{'variant':12} {'list':14} {'pages':>5} {'sync s':>7} {'best s':>7} {'cpu s':>7} "
-              f"{'peak RSS MB':>11} {'B/pod RSS':>9} {'B/pod deep':>10} {'vs limit':>8}")
+    print(f"initial sync of {args.pods} pods: median (and best) of {args.repeat} runs, round-robin, "
+          f"each in a fresh process; {os.cpu_count()} CPUs, the API server on the same machine")
+    print(f"  load before: {load_before}")
+    print(f"  load after:  {load_after}")
+    print(f"a pod weighs {weights['json_bytes']:.0f} B of JSON on the wire, "
+          f"{weights['json_bytes_after_transform']:.0f} B without managedFields; in a sample of "
+          f"{weights['sample']:.0f}, {weights['distinct_trainers']:.0f} distinct trainer containers, "
+          f"{weights['distinct_specs']:.0f} distinct specs")
+    print("JSON on the wire for both (client-go's default content type; no protobuf)")
+    header = (f"{'protocol':9} {'variant':48} {'sync s':>7} {'best s':>7} {'cpu s':>7} {'peak MB':>8} "
+              f"{'B/pod RSS':>9} {'B/pod deep':>10} {'vs limit':>8} {'ours/client-go':>14}")
     print(header)
     print("-" * len(header))
-    limits = {rv: r["sync_s"] for v, rv, r in rows if v == "limit"}
-    for variant, rv, r in rows:
-        listing = "watch cache" if rv == "0" else "quorum, paged"
+    by = {(p, v): r for p, v, r in rows}
+    for protocol, variant, r in rows:
+        limit = by.get((protocol, "limit-watchlist" if protocol == "WatchList" else "limit-list"))
+        go = by.get((protocol, "client-go"))
         per_pod = f"{r['bytes_per_object']:.0f}" if "bytes_per_object" in r else "-"
         deep = f"{r['deep_bytes_per_object']:.0f}" if "deep_bytes_per_object" in r else "-"
-        ratio = r["sync_s"] / limits[rv] if rv in limits else float("nan")
-        print(f"{variant:12} {listing:14} {r['pages']:>5} {r['sync_s']:>7.2f} {r['sync_s_best']:>7.2f} {r['cpu_s']:>7.2f} "
-              f"{r['peak_rss'] / 2**20:>11.0f} {per_pod:>9} {deep:>10} {ratio:>7.2f}x")
-    ours = {rv: r for v, rv, r in rows if v == "informers"}
-    streamed = {rv: r["sync_s"] for v, rv, r in rows if v == "limit-stream"}
-    official = [r for v, _, r in rows if v == "official"]
+        vs_limit = f"{r['sync_s'] / limit['sync_s']:.2f}x" if limit and not variant.startswith("limit") else "-"
+        vs_go = f"{r['sync_s'] / go['sync_s']:.2f}x" if go and variant.startswith("ours") else "-"
+        print(f"{protocol:9} {LABELS[variant]:48} {r['sync_s']:>7.2f} {r['sync_s_best']:>7.2f} {r['cpu_s']:>7.2f} "
+              f"{r['peak_rss'] / 2**20:>8.0f} {per_pod:>9} {deep:>10} {vs_limit:>8} {vs_go:>14}")
+    if go_missing:
+        print(f"client-go reference skipped: {go_missing}")
     print()
-    print("limit: the same requests, read whole and decoded whole, keeping nothing;")
-    print("limit-stream: the same, decoded item by item as they arrive (as the informer does)")
-    print("targets: sync within 1.3x of the limit; >= 3x faster than the official informer; <= 3 KB/pod")
-    for rv, r in ours.items():
-        best = {v: x["sync_s_best"] for v, rv2, x in rows if rv2 == rv}
-        print(f"  list rv={rv!r}: {r['sync_s'] / limits[rv]:.2f}x the limit "
-              f"(best runs {best['informers'] / best['limit']:.2f}x), "
-              f"{r['sync_s'] / streamed[rv]:.2f}x limit-stream, {r['bytes_per_object']:.0f} B/pod RSS")
-    if official:
-        print(f"  official informer / ours (rv '0'): {official[0]['sync_s'] / ours['0']['sync_s']:.1f}x slower")
-    print()
-    print(f"watch: {watch['events']} pod updates queued behind a held watch, then released")
-    print(f"  from the API server: applied {watch['applied_per_s']:.0f}/s, dispatched {watch['dispatched_per_s']:.0f}/s, "
-          f"cpu {watch['cpu_s']:.2f}s")
-    print(f"  replayed in-process: applied {replay['applied_per_s']:.0f}/s, dispatched {replay['dispatched_per_s']:.0f}/s, "
-          f"cpu {replay['cpu_s']:.2f}s")
+    print("B/pod RSS: what the process holds after the sync and a collection, per cached pod "
+          "(client-go keeps managedFields and typed objects; ours drops managedFields)")
+    ours = by.get(("WatchList", "ours-watchlist"))
+    if ours:
+        verdict = "met" if ours["bytes_per_object"] <= 4000 else "NOT met"
+        print(f"target <= 4000 B per cached pod (ours, WatchList): {ours['bytes_per_object']:.0f} B, {verdict}")
+    for protocol, variant in (("WatchList", "ours-watchlist"), ("list", "ours-list")):
+        mine, go = by.get((protocol, variant)), by.get((protocol, "client-go"))
+        if mine and go:
+            ratio, best = mine["sync_s"] / go["sync_s"], mine["sync_s_best"] / go["sync_s_best"]
+            verdict = "met" if ratio <= 1.0 else "NOT met"
+            print(f"target initial sync <= 1.0x client-go ({protocol}): median {ratio:.2f}x, "
+                  f"best runs {best:.2f}x, {verdict}; CPU {mine['cpu_s'] / go['cpu_s']:.2f}x client-go's")
+    if watch and replay:
+        print()
+        print(f"watch: {watch['events']} pod updates queued behind a held watch, then released")
+        print(f"  from the API server: applied {watch['applied_per_s']:.0f}/s, "
+              f"dispatched {watch['dispatched_per_s']:.0f}/s, cpu {watch['cpu_s']:.2f}s")
+        print(f"  replayed in-process: applied {replay['applied_per_s']:.0f}/s, "
+              f"dispatched {replay['dispatched_per_s']:.0f}/s, cpu {replay['cpu_s']:.2f}s")
 
 
 if __name__ == "__main__":
