@@ -523,7 +523,8 @@ SA_GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{SYSTEM_NAMESPAC
 # (verb, group, resource, subresource, namespace, name), allowed
 SERVICE_ACCOUNT_ACCESS = [
     pytest.param(("watch", "", "pods", "", "", ""), True, id="watch-pods"),
-    pytest.param(("update", "", "pods", "", "team-a", "trainer"), True, id="release-pod"),
+    pytest.param(("patch", "", "pods", "", "team-a", "trainer"), True, id="release-pod"),
+    pytest.param(("update", "", "pods", "", "team-a", "trainer"), False, id="no-pod-update"),
     pytest.param(("delete", "", "pods", "", "team-a", "trainer"), True, id="delete-refused-pod"),
     pytest.param(("create", "", "pods", "", "team-a", ""), False, id="no-pod-create"),
     pytest.param(("update", "", "pods", "status", "team-a", "trainer"), False,

@@ -155,8 +155,16 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         for a in decision.new_gpus():
             if a.uid not in sent:
                 ctx.wake(ctx.view.not_sent(a.uid))
-    ctx.writer.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"],
-                         podplan.release_patch(pod, decision.node))
+    try:
+        ctx.writer.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"],
+                             podplan.release_patch(pod, decision.node))
+    except ApiError as e:
+        if e.status != 422:
+            raise
+        # A test of the patch failed: the pod changed since the cache showed
+        # it (or an earlier sync released it already). Decided again once
+        # the cache catches up, as after a 409.
+        raise Conflict(f"pod {key} changed since it was read: {e}") from e
     meta = pod["metadata"]
     created_at = parse_time(meta.get("creationTimestamp"))
     if ctx.metrics is not None:
