@@ -264,3 +264,42 @@ def test_many_clients_at_once_are_all_answered(served: Served) -> None:
     for t in threads:
         t.join(10)
     assert results == [200] * 16
+
+
+def test_after_sigterm_the_webhook_says_it_is_going_and_keeps_answering_a_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kubernetes import client
+
+    from gpuclaimctl.cmd import webhook as webhook_mod
+    from gpuclaimctl.cmd.options import Options
+    from informers import SharedInformerFactory
+
+    data = certs.issue({}, HOSTS, datetime.now(timezone.utc), certs.Renewal.CA)
+    write_pair(tmp_path / "certs", data)
+    options = Options(webhook_bind_address="127.0.0.1:0", webhook_cert_dir=str(tmp_path / "certs"),
+                      webhook_self_signed=False)
+    wh = webhook_mod.Webhook(client.ApiClient(), options, SharedInformerFactory(client.ApiClient()))
+    monkeypatch.setattr(webhook_mod, "DRAIN_SECONDS", 0.5)
+    wh.server.start()
+    try:
+        with pytest.raises(RuntimeError, match="caches not synced"):
+            wh.check()
+        wh.begin_drain()
+        with pytest.raises(RuntimeError, match="shutting down"):
+            wh.check()
+        started = time.monotonic()
+        stopper = threading.Thread(target=wh.stop)
+        stopper.start()
+        time.sleep(0.1)
+        ca = tmp_path / "ca.crt"
+        ca.write_bytes(data[certs.CA_CERT])
+        conn = http.client.HTTPSConnection("127.0.0.1", wh.port, timeout=5,
+                                           context=ssl.create_default_context(cafile=str(ca)))
+        conn.request("POST", "/validate-pods", body=json.dumps(review()).encode())
+        assert conn.getresponse().status == 503  # answered (caches empty here), not refused
+        conn.close()
+        stopper.join(5)
+        assert time.monotonic() - started >= 0.5
+    finally:
+        wh.server.stop()

@@ -204,6 +204,8 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         stop.set()
+        if webhook is not None:
+            webhook.begin_drain()
         if elector is not None:
             elector.cancel()
 

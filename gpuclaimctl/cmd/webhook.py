@@ -19,6 +19,7 @@ API server once (a SelfSubjectReview of this process's credentials).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,11 @@ _log = get_logger(__name__)
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 WHOAMI_RETRY = 5.0
+# After SIGTERM the webhook keeps answering this long (while /readyz says it
+# is going): the Service's endpoints reach every API server and kube-proxy a
+# moment after the pod is marked terminating, and a call still routed here
+# meanwhile would be refused (failurePolicy Fail) if nothing listened.
+DRAIN_SECONDS = 5.0
 
 
 class CacheView:
@@ -134,6 +140,7 @@ class Webhook:
                 on_files=self.server.reload, policy=policy, interval=cert_interval)
         self._stop = threading.Event()
         self._whoami: threading.Thread | None = None
+        self._draining_since: float | None = None
 
     @property
     def port(self) -> int:
@@ -143,7 +150,9 @@ class Webhook:
         return "" if self.view.synced() else "caches not synced"
 
     def check(self) -> None:
-        """The /readyz check: raises until the webhook can answer."""
+        """The /readyz check: raises until the webhook can answer, and once it is going."""
+        if self._draining_since is not None:
+            raise RuntimeError("shutting down")
         self.server.check()
         if self.keeper is not None:
             self.keeper.check()
@@ -175,7 +184,17 @@ class Webhook:
                 _log.v(2).info("SelfSubjectReview failed, will retry", extra={"error": str(e)})
             self._stop.wait(WHOAMI_RETRY)
 
+    def begin_drain(self) -> None:
+        """Shutdown is coming: not ready from now on, still answering."""
+        if self._draining_since is None:
+            self._draining_since = time.monotonic()
+
     def stop(self) -> None:
+        """Stop serving, once DRAIN_SECONDS passed since `begin_drain` (if called)."""
+        if self._draining_since is not None:
+            left = self._draining_since + DRAIN_SECONDS - time.monotonic()
+            if left > 0:
+                time.sleep(left)
         self._stop.set()
         if self.keeper is not None:
             self.keeper.stop()
