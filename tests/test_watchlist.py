@@ -271,6 +271,17 @@ def test_stop_interrupts_a_stream_waiting_for_its_initial_events(lw: FakeListerW
     assert store.events == [], "half a stream never reaches the store"
 
 
+def test_the_factory_uses_watch_list_unless_told_not_to() -> None:
+    from informers.factory import SharedInformerFactory
+    from informers.resource import PODS
+    from tests.test_factory import offline_client
+
+    default = SharedInformerFactory(offline_client())
+    off = SharedInformerFactory(offline_client(), use_watch_list=False)
+    assert default.informer_for(PODS).reflector.uses_watch_list
+    assert not off.informer_for(PODS).reflector.uses_watch_list
+
+
 # -- against the real API server --------------------------------------------
 
 
