@@ -15,12 +15,13 @@ fresh namespace on the same nodes, with its own controller process:
   memory requests) created as fast as ``--creators`` threads can: how fast
   kube-scheduler binds with nothing upstream throttling. Its creation→bound
   rate is what the controller at its defaults is measured against.
-- ``defaults``: ``gpuclaimctl run`` with only ``--kubeconfig`` and loopback
-  endpoints, so every other flag is the shipped default (--workers,
+- ``defaults``: ``gpuclaimctl run`` with only ``--kubeconfig``, loopback
+  endpoints and no admission webhook (the plane registers none; the pods
+  come gated), so every other flag is the shipped default (--workers,
   --kube-api-qps, --kube-api-burst of gpuclaimctl/cmd/options.py); ``--pods``
   gated pods, one inline claim each of 1..4 GPUs (seeded).
 - ``unthrottled``: the same with ``--workers`` workers and ``--kube-api-qps``
-  ``--qps`` (burst 2x), paired with ``baseline``: a process of this module
+  (and ``--event-qps``) ``--qps`` (burst 2x), paired with ``baseline``: a process of this module
   with the controller's shape and writes and no decisions (a pod informer,
   one rate-limited queue, ``--workers`` workers that create the same inline
   claim, bind it round-robin, release the pod in one JSON patch and post the
@@ -334,9 +335,15 @@ class ControllerProcess(ChildProcess):
         self.metrics_port, self.health_port = _free_port(), _free_port()
         # `python -m gpuclaimctl`, as the tests start it: the venv's console
         # script is only as current as the last `pip install -e .`.
+        # The plane registers no admission webhook (as `--local` does not):
+        # the pods come with their gate, and the webhook's port and
+        # readiness would only get in the way of several processes.
+        webhook = ["--webhook-bind-address", "0"] if "webhook_bind_address" in Options.__dataclass_fields__ \
+            else []
         super().__init__(name, [sys.executable, "-m", "gpuclaimctl", "run", "--kubeconfig", kubeconfig,
                                 "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
-                                "--health-bind-address", f"127.0.0.1:{self.health_port}", *flags],
+                                "--health-bind-address", f"127.0.0.1:{self.health_port}",
+                                *webhook, *flags],
                          workdir / f"{name}.log")
 
     def start(self) -> None:
@@ -1000,10 +1007,12 @@ def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult
     print(f"controller_bench: {args.pods} pods (gated ones: one inline claim each, {sum(counts)} GPUs "
           f"asked) over {args.nodes} kwok nodes x {args.gpus_per_node} GPUs; {args.creators} creating "
           f"threads; {os.cpu_count()} cores")
+    events = getattr(DEFAULTS, "event_qps", None), getattr(DEFAULTS, "event_burst", None)
     print(f"  defaults: gpuclaimctl run with shipped defaults (--workers {DEFAULTS.workers} "
-          f"--kube-api-qps {DEFAULTS.kube_api_qps:g} --kube-api-burst {DEFAULTS.kube_api_burst}); "
-          f"unthrottled: --workers {args.workers} --kube-api-qps {args.qps:g} --kube-api-burst "
-          f"{int(args.qps * 2)}; baseline: no decisions, same workers and limit")
+          f"--kube-api-qps {DEFAULTS.kube_api_qps:g} --kube-api-burst {DEFAULTS.kube_api_burst}"
+          + (f" --event-qps {events[0]:g} --event-burst {events[1]}" if events[0] is not None else "")
+          + f"); unthrottled: {' '.join(unthrottled_flags_for(args))}; baseline: no decisions, the same workers "
+          "and limit (its events on it)")
     head = (f"{'scenario':<16} {'pods':>5} {'rel':>5} {'bound':>5} {'rel/s':>6} {'steady':>6} "
             f"{'bound/s':>7} {'rel p50':>7} {'rel p99':>7} {'bnd p50':>7} {'bnd p99':>7} "
             f"{'create s':>8} {'settle s':>8} {'CPU ms/pod':>10} {'net':>5} {'refused':>14} {'busy':>5}  load 1/5/15")
@@ -1216,6 +1225,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def unthrottled_flags_for(args: argparse.Namespace) -> list[str]:
+    """The unthrottled controller's flags: --workers, and --qps (burst 2x) for
+    its writes and, where it has a budget of their own, its events."""
+    limit = [f"{args.qps:g}", str(int(args.qps * 2))]
+    flags = ["--workers", str(args.workers), "--kube-api-qps", limit[0], "--kube-api-burst", limit[1]]
+    if "event_qps" in Options.__dataclass_fields__:
+        flags += ["--event-qps", limit[0], "--event-burst", limit[1]]
+    return flags
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.serve_baseline:
@@ -1224,8 +1243,7 @@ def main(argv: list[str] | None = None) -> None:
     counts = demands(args.pods, args.seed, args.nodes * args.gpus_per_node)
     if "wakeup" in args.scenarios and args.wakeups > 2 * args.nodes:
         raise SystemExit("controller_bench: --wakeups may be at most twice --nodes")
-    unthrottled_flags = ["--workers", str(args.workers), "--kube-api-qps", f"{args.qps:g}",
-                         "--kube-api-burst", str(int(args.qps * 2))]
+    unthrottled_flags = unthrottled_flags_for(args)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="controller-bench-"))
     plane = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say)
