@@ -277,6 +277,34 @@ def test_service_monitor_scrapes_the_metrics_port_of_every_controller_pod(
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
+    # Secure metrics by default: HTTPS with Prometheus's own token, the
+    # self-signed certificate not verified.
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    env = {e["name"]: e.get("value") for e in container(objs)["env"]}
+    assert env["GPUCLAIMCTL_METRICS_SECURE"] == "true"
+
+
+def test_plain_metrics_are_scraped_over_http(helm: list[str]) -> None:
+    objs = render(helm, "monitoring.serviceMonitor.enabled=true", "metricsSecure=false")
+    (endpoint,) = only(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert "scheme" not in endpoint and "bearerTokenFile" not in endpoint
+    env = {e["name"]: e.get("value") for e in container(objs)["env"]}
+    assert env["GPUCLAIMCTL_METRICS_SECURE"] == "false"
+
+
+def test_metrics_reader_role_is_bound_to_the_scrapers_named(helm: list[str]) -> None:
+    assert not [o for o in render(helm) if o["kind"] == "ClusterRoleBinding"
+                and o["metadata"]["name"] == "gpuclaimctl-metrics-reader"]
+    objs = render(helm, "monitoring.metricsReader.serviceAccounts[0].namespace=monitoring",
+                  "monitoring.metricsReader.serviceAccounts[0].name=prometheus-k8s")
+    binding = only(objs, "ClusterRoleBinding", "gpuclaimctl-metrics-reader")
+    role = only(objs, "ClusterRole", "gpuclaimctl-metrics-reader")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "monitoring",
+                                    "name": "prometheus-k8s"}]
 
 
 def test_prometheus_rule_is_deploy_monitorings(helm: list[str]) -> None:

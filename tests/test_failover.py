@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -61,8 +62,11 @@ class ControllerProcess:
     def __init__(self, name: str, kubeconfig: str, log_dir: Path, *,
                  lease_namespace: str, lease_name: str, lease_duration: float = LEASE,
                  renew_deadline: float = RENEW, retry_period: float = RETRY,
-                 flags: tuple[str, ...] = ()) -> None:
+                 flags: tuple[str, ...] = (), metrics_token: str | None = None) -> None:
+        """`metrics_token` set: the process serves secure metrics
+        (`--metrics-secure`) and `samples` scrapes them over HTTPS with it."""
         self.name = name
+        self.metrics_token = metrics_token
         self.lease_name = lease_name
         self.metrics_port = free_port()
         self.health_port = free_port()
@@ -83,6 +87,7 @@ class ControllerProcess:
             "--webhook-bind-address", "0",
             "--resync-period", "0",
             "-v", "2",
+            *(("--metrics-secure",) if metrics_token else ()),
             *flags,
         ]
         self.popen: subprocess.Popen[bytes] | None = None
@@ -137,8 +142,16 @@ class ControllerProcess:
             return 0
 
     def samples(self) -> list[tuple[str, dict[str, str], float]]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                    timeout=2) as r:
+        if self.metrics_token is None:
+            req = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}/metrics")
+            context = None
+        else:
+            # The certificate is self-signed, made at start: not verified,
+            # as a ServiceMonitor with insecureSkipVerify does.
+            req = urllib.request.Request(f"https://127.0.0.1:{self.metrics_port}/metrics",
+                                         headers={"Authorization": f"Bearer {self.metrics_token}"})
+            context = ssl._create_unverified_context()
+        with urllib.request.urlopen(req, timeout=2, context=context) as r:
             text = r.read().decode()
         return [(s.name, s.labels, s.value)
                 for family in text_string_to_metric_families(text) for s in family.samples]

@@ -41,6 +41,7 @@ MONITORING = REPO / "deploy" / "monitoring"
 RULES = MONITORING / "rules.yml"
 PROMETHEUS_RULE = MONITORING / "alerts.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
+SCRAPE_CONFIG = MONITORING / "scrape-config.yml"
 RULE_TESTS = sorted((REPO / "tests" / "monitoring").glob("*.yml"))
 CLAIMS = f"/apis/{api.GROUP}/{api.VERSION}"
 
@@ -173,11 +174,24 @@ def test_the_dashboard_shows_what_an_operator_looks_for() -> None:
 # --- a real Prometheus scraping a real controller ------------------------------------------
 
 
+def scrape_job(folder: Path, targets: list[str], token: str | None) -> dict[str, Any]:
+    """The gpuclaimctl job for `targets`: plain, or deploy/monitoring's with `token`."""
+    if token is None:
+        return {"job_name": "gpuclaimctl", "static_configs": [{"targets": targets}]}
+    (job,) = yaml.safe_load(SCRAPE_CONFIG.read_text())["scrape_configs"]
+    del job["kubernetes_sd_configs"], job["relabel_configs"]
+    (folder / "token").write_text(token)
+    job["authorization"]["credentials_file"] = str(folder / "token")
+    return {**job, "static_configs": [{"targets": targets}]}
+
+
 class Prometheus:
     """`prometheus` on loopback, scraping the targets every second and
     evaluating the rules every second, its data in a temporary folder."""
 
-    def __init__(self, folder: Path, targets: list[str]) -> None:
+    def __init__(self, folder: Path, targets: list[str], token: str | None = None) -> None:
+        """`token` given: the targets are scraped as deploy/monitoring's job
+        says (HTTPS, bearer token, certificate not verified), with it."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = folder / "prometheus.log"
@@ -185,7 +199,7 @@ class Prometheus:
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
             "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "gpuclaimctl", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [scrape_job(folder, targets, token)],
         }))
         self.argv = [tool("prometheus"), f"--config.file={config}",
                      f"--storage.tsdb.path={folder / 'data'}",
@@ -267,9 +281,10 @@ def controller_process(full_plane: Any, crds: list[str], namespace: str,
 
     started: list[ControllerProcess] = []
 
-    def start() -> ControllerProcess:
+    def start(metrics_token: str | None = None) -> ControllerProcess:
         proc = ControllerProcess("controller", str(full_plane.kubeconfig), tmp_path,
-                                 lease_namespace=namespace, lease_name="gpuclaimctl").start()
+                                 lease_namespace=namespace, lease_name="gpuclaimctl",
+                                 metrics_token=metrics_token).start()
         started.append(proc)
         return proc
 
@@ -278,10 +293,52 @@ def controller_process(full_plane: Any, crds: list[str], namespace: str,
         proc.stop()
 
 
+READER_BINDING = "gpuclaimctl-metrics-reader"
+
+
+def metrics_reader_token(api_client: client.ApiClient, namespace: str) -> str:
+    """A token of `prometheus` in `namespace`, bound to deploy/'s metrics reader role."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    (role,) = yaml.safe_load_all((REPO / "deploy" / "metrics-reader-rbac.yaml").read_text())
+    try:
+        kube.request(api_client, "POST", f"{rbac}/clusterroles", body=role)
+    except kube.ApiError as e:
+        if e.status != 409:
+            raise
+    kube.request(api_client, "POST", f"{rbac}/clusterrolebindings", body={
+        "metadata": {"name": f"{READER_BINDING}-{namespace}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": role["metadata"]["name"]},
+        "subjects": [{"kind": "ServiceAccount", "namespace": namespace, "name": "prometheus"}]})
+    kube.request(api_client, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                 body={"metadata": {"name": "prometheus"}})
+    review = kube.request_json(
+        api_client, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/prometheus/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 3600}})
+    return str(review["status"]["token"])
+
+
+def test_the_scrape_config_passes_promtool_and_scrapes_secure_metrics(tmp_path: Path) -> None:
+    (job,) = yaml.safe_load(SCRAPE_CONFIG.read_text())["scrape_configs"]
+    # Debian's prometheus is built without Kubernetes service discovery:
+    # the rest of the job is checked as written, its targets given statically.
+    checked = {**job, "static_configs": [{"targets": ["127.0.0.1:8080"]}]}
+    del checked["kubernetes_sd_configs"]
+    (tmp_path / "token").write_text("t")
+    checked["authorization"] = {**job["authorization"], "credentials_file": str(tmp_path / "token")}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [checked]}))
+    promtool("check", "config", tmp_path / "prometheus.yml")
+    assert job["scheme"] == "https"
+    assert job["authorization"]["credentials_file"] == \
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert job["tls_config"] == {"insecure_skip_verify": True}
+
+
 @pytest.mark.plane
 def test_prometheus_scraping_the_controller_answers_every_dashboard_query_with_data(
     prometheus_binaries: None, api_client: client.ApiClient, namespace: str,
-    gpu_nodes: Callable[..., dict[str, Any]], controller_process: Callable[[], Any], tmp_path: Path,
+    gpu_nodes: Callable[..., dict[str, Any]], controller_process: Callable[..., Any], tmp_path: Path,
 ) -> None:
     from tests.test_e2e import Cluster
 
@@ -293,9 +350,13 @@ def test_prometheus_scraping_the_controller_answers_every_dashboard_query_with_d
         kube.request(api_client, "POST", f"{CLAIMS}/namespaces/{namespace}/{api.BUDGET_PLURAL}", body={
             "apiVersion": api.API_VERSION, "kind": "GPUBudget", "metadata": {"name": "quota"},
             "spec": {"limits": [{"className": cls, "gpus": 16}]}})
-        controller = controller_process()
+        # Prometheus scrapes as deploy/monitoring/scrape-config.yml says, with
+        # a service account's token bound to deploy/'s reader role; the
+        # controller serves its metrics secure, as the Deployment does.
+        token = metrics_reader_token(api_client, namespace)
+        controller = controller_process(token)
         target = f"127.0.0.1:{controller.metrics_port}"
-        prometheus = Prometheus(tmp_path, [target]).start()
+        prometheus = Prometheus(tmp_path, [target], token).start()
         prom = prometheus
 
         def leader() -> bool:
@@ -353,3 +414,5 @@ def test_prometheus_scraping_the_controller_answers_every_dashboard_query_with_d
         if prometheus is not None:
             prometheus.stop()
         cluster.cleanup()
+        kube.request(api_client, "DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/"
+                                           f"{READER_BINDING}-{namespace}")

@@ -6,7 +6,9 @@ Role and RoleBinding are applied as an operator applies them; the real
 account's token and nothing else, and must do its whole job: place a pod's
 set (template and inline claims created, bound, the pod released), remove
 a stale reservation, delete a finished pod's template claims, delete a pod
-the scheduler refused, write events, and hold its Lease.
+the scheduler refused, write events, hold its Lease, and serve its secure
+/metrics to a scraper's token (a TokenReview and a SubjectAccessReview per
+token), the way Prometheus scrapes it with deploy/metrics-reader-rbac.yaml.
 
 The API server's audit log (every request of a service account, at
 Metadata level) then says which (verb, resource) pairs the controller used.
@@ -50,6 +52,8 @@ pytestmark = pytest.mark.plane
 FIELD_MANAGER = "gpuclaimctl-rbac-test"
 RBAC_FILES = ["namespace.yaml", "serviceaccount.yaml", "clusterrole.yaml",
               "clusterrolebinding.yaml", "leader-election-rbac.yaml", "webhook-rbac.yaml"]
+# The scraper's role, not the controller's: applied for the story, not audited.
+METRICS_READER_FILE = "metrics-reader-rbac.yaml"
 # The Lease the Role names; the Deployment's lease name.
 LEASE_NAME = "gpuclaimctl"
 OWNER_REFERENCES_PLUGIN = "OwnerReferencesPermissionEnforcement"
@@ -215,6 +219,7 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
     cluster = Cluster(api_client, ns)
     nodes: list[str] = []
     proc: ControllerProcess | None = None
+    reader_docs: list[dict[str, Any]] = []
     apply(full_plane, rbac_docs())
     # The webhook serves on loopback, registered with a url: client config
     # (deploy/'s Service has nobody behind it here) under deploy/'s name,
@@ -230,6 +235,20 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
           + [mutating, validating])
     try:
         kubeconfig = service_account_kubeconfig(full_plane, api_client, workdir / "sa.kubeconfig")
+        # Prometheus's stand-in: a service account bound to deploy/'s reader role.
+        scraper = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": f"gpuclaimctl-metrics-reader-{ns}"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": "gpuclaimctl-metrics-reader"},
+                   "subjects": [{"kind": "ServiceAccount", "namespace": ns, "name": "scraper"}]}
+        reader_docs = load_yaml_docs(DEPLOY / METRICS_READER_FILE) + [scraper]
+        apply(full_plane, reader_docs)
+        kube.request(api_client, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                     body={"metadata": {"name": "scraper"}})
+        scrape_token = kube.request_json(
+            api_client, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts/scraper/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                  "spec": {"expirationSeconds": 3600}})["status"]["token"]
         roomy = _node(api_client, f"roomy-{cluster.tag}", gpus=8,
                       labels={**cluster.label, "fit": "roomy"})
         cramped = _node(api_client, f"cramped-{cluster.tag}", gpus=2, cpu="1",
@@ -261,7 +280,10 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
                                     lease_namespace=SYSTEM_NAMESPACE, lease_name=LEASE_NAME,
                                     flags=("--webhook-bind-address", f"127.0.0.1:{webhook_port}",
                                            "--webhook-host", "127.0.0.1",
-                                           "--webhook-cert-dir", str(workdir / "certs")))
+                                           "--webhook-cert-dir", str(workdir / "certs")),
+                                    # Every scrape below (leading(), samples()) is HTTPS
+                                    # with this token, checked by the API server.
+                                    metrics_token=scrape_token)
         proc = running.start()
         wait_for(lambda: running.leading() and running.ready(), timeout=60,
                  message=lambda: f"the controller to lead and be ready:\n{running.log_tail()}")
@@ -318,6 +340,9 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
         for n in nodes:
             core.delete_node(n)
         core.delete_namespace(ns, propagation_policy="Background")
+        if reader_docs:
+            kubectl(full_plane, "delete", "--ignore-not-found", "-f", "-",
+                    stdin=yaml.safe_dump_all(reader_docs))
         _delete_rbac(full_plane, api_client)
 
 
@@ -345,6 +370,12 @@ def test_controller_does_its_whole_job_with_only_its_service_accounts_rights(
     secret_writes = {e["verb"] for e in stories.audit
                      if (e.get("objectRef") or {}).get("resource") == "secrets"}
     assert secret_writes == {"get", "update"}
+    # Its /metrics were read with the scraper's token, which it had the API
+    # server authenticate and authorize.
+    reviews = {(e["objectRef"]["resource"], e["verb"]) for e in stories.audit
+               if (e.get("objectRef") or {}).get("resource") in ("tokenreviews",
+                                                                 "subjectaccessreviews")}
+    assert reviews == {("tokenreviews", "create"), ("subjectaccessreviews", "create")}
 
 
 def test_the_api_server_refused_the_controller_nothing(stories: Stories) -> None:

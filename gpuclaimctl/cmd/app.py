@@ -38,10 +38,12 @@ from gpuclaimctl import __version__
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.events import EventRecorder
 from gpuclaimctl.client.fence import NotLeader, WriteFence
+from gpuclaimctl.client.metricsauth import ApiServerAuth
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl import logs
 from gpuclaimctl.controller import Controller, Settings
-from gpuclaimctl.cmd.endpoints import Check, EndpointServer
+from gpuclaimctl.cmd.bindaddress import on_loopback
+from gpuclaimctl.cmd.endpoints import Check, EndpointServer, self_signed_tls
 from gpuclaimctl.client.leaderelection import (
     ElectionOutcome,
     LeaderElectionConfig,
@@ -75,6 +77,11 @@ def run(options: Options) -> int:
             # The local plane registers no webhook configurations (and has no
             # gpuclaimctl-system namespace for the certificate's Secret).
             options = dataclasses.replace(options, webhook_bind_address="0")
+            # Nothing beyond this machine reaches a demo's endpoints.
+            options = dataclasses.replace(
+                options,
+                metrics_bind_address=on_loopback(options.metrics_bind_address, "--metrics-bind-address"),
+                health_bind_address=on_loopback(options.health_bind_address, "--health-bind-address"))
         identity = process_identity(options.leader_elect)
         api_client = _api_client(options, identity)
         return _serve(options, api_client, identity)
@@ -188,9 +195,14 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
         # have expired 20 s ago without us noticing.
         le = elector
         healthz.append(Check("leaderElection", lambda: le.check(20.0)))
+    metrics_tls, authorize = None, None
+    if options.metrics_secure:
+        metrics_tls = self_signed_tls(["localhost", "127.0.0.1", socket.gethostname()])
+        authorize = ApiServerAuth(api_client).check
     endpoints = EndpointServer(registry=registry, metrics_address=options.metrics_bind_address,
                                health_address=options.health_bind_address,
-                               healthz=healthz, readyz=readyz)
+                               healthz=healthz, readyz=readyz,
+                               metrics_tls=metrics_tls, authorize=authorize)
     endpoints.start()
     if webhook is not None:
         try:

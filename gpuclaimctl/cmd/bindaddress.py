@@ -32,3 +32,24 @@ def parse_bind_address(value: str, flag: str = "bind address") -> tuple[str, int
         raise ValueError(f"{flag} must be host:port, :port, [ipv6]:port (port 0-65535) "
                          f"or 0 to disable, got {value!r}")
     return host, int(port)
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def on_loopback(value: str, flag: str = "bind address") -> str:
+    """`value` with an every-interface host (`:8080`) made `127.0.0.1`.
+
+    For `--local`: a demo on a laptop serves nothing beyond it. A host that
+    is not loopback is refused with one line naming `flag`; `"0"` stays off.
+    """
+    parsed = parse_bind_address(value, flag)
+    if parsed is None:
+        return DISABLED
+    host, port = parsed
+    if host == "":
+        return f"127.0.0.1:{port}"
+    if host not in LOOPBACK_HOSTS:
+        raise ValueError(f"--local serves on loopback only; {flag} {value!r} is not a loopback address "
+                         "(use 127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
+    return value.strip()

@@ -101,6 +101,13 @@ def version() -> None:
 @click.option("--leader-elect-retry-period", type=DURATION, default="2s", show_default=True)
 @click.option("--metrics-bind-address", default=":8080", show_default=True,
               help="host:port for /metrics; 0 disables.")
+# Off by default for a bare `run` (the Deployment and the chart turn it on):
+# run by hand it is a developer's process, `--local` keeps it on loopback,
+# and the tests, benchmarks and `make run` scrape it with plain HTTP.
+@click.option("--metrics-secure/--no-metrics-secure", default=False, show_default=True,
+              help="Serve /metrics over HTTPS (self-signed certificate) only to bearer tokens the "
+                   "API server authenticates (TokenReview) and authorizes for get on the "
+                   "non-resource URL /metrics (SubjectAccessReview); off: plain HTTP, no auth.")
 @click.option("--metrics-max-namespaces", type=int, default=100, show_default=True,
               help="Namespaces that get a namespace label of their own in /metrics, the first "
                    "seen keeping theirs; later ones are counted as `other`.")
@@ -157,6 +164,7 @@ def run(**flags: Any) -> None:
         retry_period=flags["leader_elect_retry_period"],
         metrics_bind_address=flags["metrics_bind_address"],
         metrics_max_namespaces=flags["metrics_max_namespaces"],
+        metrics_secure=flags["metrics_secure"],
         health_bind_address=flags["health_bind_address"],
         kube_api_qps=flags["kube_api_qps"],
         kube_api_burst=flags["kube_api_burst"],

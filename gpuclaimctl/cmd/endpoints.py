@@ -11,6 +11,14 @@ success too, and ``/healthz/<name>`` runs one check.
 Metrics and probes may listen on different addresses or share one; an
 address of ``"0"`` turns that listener off. Nothing listens until
 ``start()``, and ``stop()`` closes the sockets and joins the threads.
+
+Secure metrics (``--metrics-secure``, kube-controller-manager's and
+kubebuilder's way): the metrics listener speaks HTTPS only, with a
+self-signed certificate made in memory at start (what both do when no cert
+dir is given), and ``/metrics`` answers only a bearer token the API server
+authenticates and authorizes for ``get`` on ``/metrics``
+(``client.metricsauth``). Probes sharing that listener are served over
+HTTPS without a token, as kube-controller-manager serves ``/healthz``.
 """
 
 from __future__ import annotations
@@ -19,17 +27,31 @@ import dataclasses
 import gzip
 import http.server
 import socket
+import ssl
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
+from gpuclaimctl.client import certs
+from gpuclaimctl.client.metricsauth import Access
 from gpuclaimctl.cmd.bindaddress import DISABLED, parse_bind_address
 from gpuclaimctl.logs import get_logger
 
 _log = get_logger(__name__)
+
+# As the webhook's listener: a client that connects and says nothing holds
+# only its own thread, and only this long.
+HANDSHAKE_TIMEOUT = 10.0
+
+# Decides a scrape from its Authorization header (None when absent).
+Authorizer = Callable[[str | None], Access]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +67,30 @@ class _Server(http.server.ThreadingHTTPServer):
     # Set before construction by _bind; each listener knows what it serves.
     endpoints: EndpointServer
     paths: frozenset[str]
+    # Set on the metrics listener when secure: every connection is TLS.
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        # On the connection's own thread (ThreadingMixIn): a slow handshake
+        # holds up no other client.
+        request.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            conn = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ssl.SSLError) as e:
+            _log.v(2).info("TLS handshake failed", extra={"client": client_address[0], "error": str(e)})
+            return
+        conn.settimeout(None)
+        try:
+            _Handler(conn, client_address, self)
+        finally:
+            try:
+                conn.unwrap()
+            except (OSError, ssl.SSLError, ValueError):
+                pass
+            conn.close()
 
 
 class _Server6(_Server):
@@ -80,6 +126,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._reply(404, "text/plain; charset=utf-8", b"404 page not found\n", head)
 
     def _metrics(self, head: bool) -> None:
+        authorize = self.server.endpoints.authorize
+        if authorize is not None:
+            access = authorize(self.headers.get("Authorization"))
+            if not access.allowed:
+                challenge = {"WWW-Authenticate": 'Bearer realm="gpuclaimctl"'} if access.status == 401 else {}
+                self._reply(access.status, "text/plain; charset=utf-8",
+                            access.reason.encode() + b"\n", head, challenge)
+                return
         encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
         data = encoder(self.server.endpoints.registry)
         extra: dict[str, str] = {}
@@ -106,7 +160,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if not head:
                 self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass  # the prober gave up; nothing to tell it
 
     def log_message(self, format: str, *args: object) -> None:
@@ -124,8 +178,17 @@ class EndpointServer:
         health_address: str = DISABLED,
         healthz: Sequence[Check] = (),
         readyz: Sequence[Check] = (),
+        metrics_tls: ssl.SSLContext | None = None,
+        authorize: Authorizer | None = None,
     ) -> None:
+        """``metrics_tls`` makes the metrics listener HTTPS; ``authorize``
+        decides each ``/metrics`` request (both or neither, for secure
+        metrics: a token must not cross the network in clear)."""
+        if authorize is not None and metrics_tls is None:
+            raise ValueError("metrics authorization needs TLS: bearer tokens are never read over HTTP")
         self.registry = registry
+        self.authorize = authorize
+        self._metrics_tls = metrics_tls
         # Parsed now so a bad flag is refused before anything starts.
         self._metrics_bind = parse_bind_address(metrics_address, "metrics address")
         self._health_bind = parse_bind_address(health_address, "health address")
@@ -164,6 +227,8 @@ class EndpointServer:
         try:
             for role, address, paths in plan:
                 self._servers[role] = self._bind(address, paths)
+                if role == "metrics":
+                    self._servers[role].tls = self._metrics_tls
         except OSError:
             self._close_all()
             raise
@@ -177,7 +242,8 @@ class EndpointServer:
             thread.start()
             self._threads.append(thread)
             host, port = server.socket.getsockname()[:2]
-            _log.info("serving", extra={"endpoint": role, "address": f"{host}:{port}"})
+            _log.info("serving", extra={"endpoint": role, "address": f"{host}:{port}",
+                                        "scheme": "https" if server.tls else "http"})
 
     def stop(self) -> None:
         """Stop serving, close the sockets and join the threads; idempotent."""
@@ -247,3 +313,24 @@ class EndpointServer:
         if verbose:
             return 200, "\n".join(lines) + f"\n{what} check passed\n"
         return 200, "ok"
+
+
+def self_signed_tls(hosts: Sequence[str], now: datetime | None = None) -> ssl.SSLContext:
+    """A server TLS context with a certificate made now for ``hosts``.
+
+    kube-controller-manager and controller-runtime make one in memory when no
+    certificate is given; a scraper skips verification (or, to verify, is
+    given a cert dir's certificate instead). Python's ssl reads a chain from
+    files only, so the PEMs pass through a private temporary directory that
+    is gone before this returns.
+    """
+    made = certs.issue({}, list(hosts), now or datetime.now(timezone.utc), certs.Renewal.CA)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    with tempfile.TemporaryDirectory(prefix="gpuclaimctl-metrics-") as tmp:
+        cert, key = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
+        cert.write_bytes(made[certs.TLS_CERT] + made[certs.CA_CERT])
+        key.touch(mode=0o600)
+        key.write_bytes(made[certs.TLS_KEY])
+        context.load_cert_chain(cert, key)
+    return context

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from gpuclaimctl.cmd.bindaddress import parse_bind_address
+from gpuclaimctl.cmd.bindaddress import on_loopback, parse_bind_address
 from gpuclaimctl.logs import LogFormat
 from gpuclaimctl.model.api import Strategy
 
@@ -44,6 +44,9 @@ class Options:
     # Namespaces with a `namespace` label of their own in /metrics, first
     # come first served; the rest are `other` (metrics.controller).
     metrics_max_namespaces: int = 100
+    # HTTPS, and /metrics only for a token the API server lets `get` it;
+    # the Deployment and the chart turn it on (see cli.py for the default).
+    metrics_secure: bool = False
     health_bind_address: str = ":8081"
     kube_api_qps: float = 200.0
     kube_api_burst: int = 400
@@ -109,6 +112,8 @@ class Options:
                            ("--health-bind-address", self.health_bind_address),
                            ("--webhook-bind-address", self.webhook_bind_address)):
             parse_bind_address(addr, flag)
+            if self.local and flag != "--webhook-bind-address":
+                on_loopback(addr, flag)
         if not self.webhook_cert_dir.strip():
             raise ValueError("--webhook-cert-dir must not be empty")
         parse_service_ref(self.webhook_service)
