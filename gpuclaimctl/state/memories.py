@@ -31,6 +31,12 @@ class Memories:
     reject_for: float = 600.0
     deleted_pods: LockedCache[str, bool] = field(
         default_factory=lambda: LockedCache(LRUCache(DELETED_PODS_REMEMBERED)))
+    # Pods (uid) this process released: a pod is never gated again, so a
+    # sync that still finds one gated reads a cache that has not caught up
+    # with our own release, and does nothing (the release's event will
+    # come; releasing again would only be refused).
+    released: LockedCache[str, bool] = field(
+        default_factory=lambda: LockedCache(LRUCache(DELETED_PODS_REMEMBERED)))
     # The last waiting reason each pod was warned of (one Warning event per change).
     last_warning: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # What each pod waiting with reason Capacity needs on one node (resource

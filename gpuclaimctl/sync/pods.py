@@ -83,6 +83,8 @@ def sync_pod(ctx: SyncContext, key: str) -> None:
     if pod is None or pod["metadata"].get("deletionTimestamp"):
         return
     if has_gate(pod):
+        if pod["metadata"].get("uid") in ctx.memories.released:
+            return  # released by us; the cache shows an older version
         _place(ctx, pod)
     elif api.PLACED_NODE_ANNOTATION in (pod["metadata"].get("annotations") or {}):
         _check_refused(ctx, pod)
@@ -165,6 +167,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         # it (or an earlier sync released it already). Decided again once
         # the cache catches up, as after a 409.
         raise Conflict(f"pod {key} changed since it was read: {e}") from e
+    ctx.memories.released[pod["metadata"]["uid"]] = True
     meta = pod["metadata"]
     created_at = parse_time(meta.get("creationTimestamp"))
     if ctx.metrics is not None:
