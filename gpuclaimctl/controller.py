@@ -27,7 +27,7 @@ from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -86,9 +86,11 @@ class Controller:
         now: Callable[[], datetime] = utcnow,
     ) -> None:
         pods = factory.pods()
+        turnstile = AgeTurnstile()
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             default_controller_rate_limiter(), name="gpuclaimctl", metrics_provider=queue_metrics,
-            order=lambda key: key_order(key, pods.get))
+            order=lambda key: key_order(key, pods.get),
+            on_get=lambda key: _enter_turnstile(turnstile, key, pods.get))
         self.view = ClusterView(now)
         self.ctx = SyncContext(
             pods=pods, claims=factory.gpu_claims(), nodes=factory.nodes(),
@@ -97,7 +99,7 @@ class Controller:
             budgets=factory.gpu_budgets(),
             budgets_synced=lambda: factory.informer_for(GPU_BUDGETS).has_synced(),
             writer=writer, view=self.view, memories=Memories(reject_for=settings.reject_for),
-            turnstile=AgeTurnstile(), enqueue=self.queue.add, enqueue_after=self.queue.add_after,
+            turnstile=turnstile, enqueue=self.queue.add, enqueue_after=self.queue.add_after,
             wake=lambda change: handlers.woke(change),
             settings=settings, metrics=metrics, now=now)
         self.shutdown_timeout = shutdown_timeout
@@ -177,6 +179,8 @@ class Controller:
         if shutdown or key is None:
             return False
         if self._abandoned.is_set():
+            if key.startswith(POD):
+                self.ctx.turnstile.leave(key[len(POD):])
             self.queue.done(key)
             return False
         kind = key.split(":", 1)[0]
@@ -196,6 +200,8 @@ class Controller:
             if not self._abandoned.is_set():
                 self.queue.add_rate_limited(key)
         finally:
+            if key.startswith(POD):  # entered when handed out (_enter_turnstile)
+                self.ctx.turnstile.leave(key[len(POD):])
             self.queue.done(key)
             if self.metrics is not None:
                 self.metrics.sync_seconds.labels(kind, result).observe(time.monotonic() - started)
@@ -272,6 +278,20 @@ def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str,
     if pod is None:
         return (" ",)
     return (" ", pod["metadata"].get("creationTimestamp") or "", key)
+
+
+def _enter_turnstile(turnstile: AgeTurnstile, key: str,
+                     get_pod: Callable[[str, str], Obj | None]) -> None:
+    """A pod key handed out by the queue enters the turnstile at once (see
+    AgeTurnstile.enter); its sync leaves it once decided, the worker loop
+    in any case."""
+    if not key.startswith(POD):
+        return
+    ns, name = keys.split(key[len(POD):])
+    pod = get_pod(ns, name)
+    created = parse_time((pod or {}).get("metadata", {}).get("creationTimestamp")) if pod else None
+    if created is not None:
+        turnstile.enter(key[len(POD):], (created, ns, name))  # the key pod sync uses
 
 
 def dispatch(ctx: SyncContext, key: str) -> None:

@@ -77,3 +77,35 @@ def test_leaving_early_lets_the_others_through_and_the_block_end_is_harmless() -
         with gate.entered("young", age(2)):
             assert gate.wait_turn("young", age(2))
     assert len(gate) == 0
+
+
+def test_a_pod_handed_out_first_holds_back_one_handed_out_after_it_whose_worker_is_faster() -> None:
+    """The wake-up race make bench-controller found: two waiting pods handed
+    out together to two workers; the younger's worker reached the decision
+    first and took the room. Entering at hand-out (under the queue's lock)
+    closes it: the younger waits although the older's worker has not run."""
+    from gpuclaimctl.controller import _enter_turnstile
+    from gpuclaimctl.model.snapshot import parse_time
+    from workqueue import Queue
+
+    pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
+    turnstile = AgeTurnstile(max_wait=5.0)
+    q: Queue[str] = Queue(on_get=lambda key: _enter_turnstile(
+        turnstile, key, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}}))
+    q.add("pod:team/old")
+    q.add("pod:team/young")
+    assert q.get()[0] == "pod:team/old"  # worker A, not yet running its sync
+    assert q.get()[0] == "pod:team/young"  # worker B
+    young_age = (parse_time(pods["young"]), "team", "young")
+    done = threading.Event()
+
+    def worker_b() -> None:
+        turnstile.wait_turn("team/young", young_age)
+        done.set()
+
+    t = threading.Thread(target=worker_b)
+    t.start()
+    assert not done.wait(0.3)  # held back by the older pod handed out first
+    turnstile.leave("team/old")  # A decided
+    assert done.wait(5)
+    t.join()

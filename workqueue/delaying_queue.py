@@ -43,6 +43,7 @@ class DelayingQueue(Queue[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
         order: Callable[[T], Any] | None = None,
+        on_get: Callable[[T], None] | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -50,6 +51,7 @@ class DelayingQueue(Queue[T]):
             clock=clock,
             unfinished_work_update_period=unfinished_work_update_period,
             order=order,
+            on_get=on_get,
         )
         # The waiting thread sleeps here; it shares the queue's lock so that
         # moving an item from the heap to the queue is one critical section.

@@ -90,6 +90,7 @@ class Queue(Generic[T]):
         "_updater_cond",
         "_update_period",
         "_threads",
+        "_on_get",
     )
 
     def __init__(
@@ -100,6 +101,7 @@ class Queue(Generic[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
         order: Callable[[T], Any] | None = None,
+        on_get: Callable[[T], None] | None = None,
     ) -> None:
         if not unfinished_work_update_period > 0:
             raise ValueError("unfinished_work_update_period must be positive")
@@ -112,6 +114,10 @@ class Queue(Generic[T]):
         # lowest ``order`` first.
         self._queue: deque[T] | OrderedReady[T] = (
             deque() if order is None else OrderedReady(order))
+        # Called with each item as it is handed out, under the queue's lock,
+        # so hand-outs are seen in the order they happen (it must be quick
+        # and must not call back into the queue).
+        self._on_get = on_get
         # Items that need processing: those in ``_queue`` plus those added
         # again while being processed.
         self._dirty: set[T] = set()
@@ -197,6 +203,8 @@ class Queue(Generic[T]):
                 finally:
                     self._idle_getters -= 1
             item = queue.popleft()
+            if self._on_get is not None:
+                self._on_get(item)
             metrics = self._metrics
             if metrics is not None:
                 metrics.get(item)

@@ -33,6 +33,7 @@ class RateLimitingQueue(DelayingQueue[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
         order: Callable[[T], Any] | None = None,
+        on_get: Callable[[T], None] | None = None,
     ) -> None:
         self._rate_limiter = rate_limiter
         super().__init__(
@@ -41,6 +42,7 @@ class RateLimitingQueue(DelayingQueue[T]):
             clock=clock,
             unfinished_work_update_period=unfinished_work_update_period,
             order=order,
+            on_get=on_get,
         )
 
     def add_rate_limited(self, item: T) -> None:

@@ -31,11 +31,18 @@ class AgeTurnstile:
         self._cond = threading.Condition()
         self._inside: dict[str, Age] = {}
 
+    def enter(self, key: str, age: Age) -> None:
+        """Inside from now until `leave` (again: the age is replaced). The
+        controller enters each pod as the work queue hands it out, under the
+        queue's lock, so a pod handed out first holds back those handed out
+        after it even if their worker reaches the decision first."""
+        with self._cond:
+            self._inside[key] = age
+
     @contextmanager
     def entered(self, key: str, age: Age) -> Iterator[None]:
         """Inside from now until `leave` or the end of the block."""
-        with self._cond:
-            self._inside[key] = age
+        self.enter(key, age)
         try:
             yield
         finally:
