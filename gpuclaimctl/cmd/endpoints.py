@@ -46,9 +46,21 @@ from gpuclaimctl.logs import get_logger
 
 _log = get_logger(__name__)
 
-# As the webhook's listener: a client that connects and says nothing holds
-# only its own thread, and only this long.
+# A client that connects and says nothing holds only its own thread, and
+# only this long (the metrics and the webhook listeners alike).
 HANDSHAKE_TIMEOUT = 10.0
+
+
+def tls_handshake(request: Any, client_address: Any, context: ssl.SSLContext) -> ssl.SSLSocket | None:
+    """The server side of a TLS handshake on an accepted connection, on its
+    own thread (ThreadingMixIn), bounded by HANDSHAKE_TIMEOUT; None (logged
+    at -v 2) if it failed. The caller sets the socket's timeout after."""
+    request.settimeout(HANDSHAKE_TIMEOUT)
+    try:
+        return context.wrap_socket(request, server_side=True)
+    except (OSError, ssl.SSLError) as e:
+        _log.v(2).info("TLS handshake failed", extra={"client": client_address[0], "error": str(e)})
+        return None
 
 # Decides a scrape from its Authorization header (None when absent).
 Authorizer = Callable[[str | None], Access]
@@ -74,13 +86,8 @@ class _Server(http.server.ThreadingHTTPServer):
         if self.tls is None:
             super().finish_request(request, client_address)
             return
-        # On the connection's own thread (ThreadingMixIn): a slow handshake
-        # holds up no other client.
-        request.settimeout(HANDSHAKE_TIMEOUT)
-        try:
-            conn = self.tls.wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError) as e:
-            _log.v(2).info("TLS handshake failed", extra={"client": client_address[0], "error": str(e)})
+        conn = tls_handshake(request, client_address, self.tls)
+        if conn is None:
             return
         conn.settimeout(None)
         try:

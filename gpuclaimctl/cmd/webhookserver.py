@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuclaimctl.cmd.bindaddress import parse_bind_address
+from gpuclaimctl.cmd.endpoints import tls_handshake
 from gpuclaimctl.logs import get_logger
 from gpuclaimctl.webhook.review import AdmissionRequest, BadReview, Verdict, parse_review, response
 from metrics.admission import AdmissionMetrics
@@ -43,7 +44,6 @@ TLS_KEY = "tls.key"
 # An AdmissionReview of an UPDATE holds the object twice; etcd stores at most
 # 1.5 MiB of one, so this is well above anything the API server sends.
 MAX_BODY = 8 << 20
-HANDSHAKE_TIMEOUT = 10.0
 # Longer than the API server's idle keep-alive (Go's 90 s), so the client,
 # not the server, closes an idle connection and never reuses a closed one.
 IDLE_TIMEOUT = 120.0
@@ -58,17 +58,9 @@ class _Server(http.server.ThreadingHTTPServer):
     webhook: WebhookServer
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        # On the connection's own thread (ThreadingMixIn): the handshake here
-        # blocks no other client.
         context = self.webhook.context
-        if context is None:
-            request.close()
-            return
-        request.settimeout(HANDSHAKE_TIMEOUT)
-        try:
-            conn = context.wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError) as e:
-            _log.v(2).info("TLS handshake failed", extra={"client": client_address[0], "error": str(e)})
+        conn = None if context is None else tls_handshake(request, client_address, context)
+        if conn is None:
             request.close()
             return
         conn.settimeout(IDLE_TIMEOUT)
