@@ -44,10 +44,6 @@ class Change:
     freed_on: frozenset[str] = frozenset()
     freed_anywhere: bool = False
 
-    @property
-    def freed(self) -> bool:
-        return self.freed_anywhere or bool(self.freed_on)
-
 
 class ClusterView:
     def __init__(self, now: Callable[[], datetime]) -> None:
