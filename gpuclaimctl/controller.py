@@ -90,7 +90,7 @@ class Controller:
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             default_controller_rate_limiter(), name="gpuclaimctl", metrics_provider=queue_metrics,
             order=lambda key: key_order(key, pods.get),
-            on_get=lambda key: _enter_turnstile(turnstile, key, pods.get))
+            tracker=TurnstileTracker(turnstile, pods.get))
         self.view = ClusterView(now)
         self.ctx = SyncContext(
             pods=pods, claims=factory.gpu_claims(), nodes=factory.nodes(),
@@ -179,8 +179,6 @@ class Controller:
         if shutdown or key is None:
             return False
         if self._abandoned.is_set():
-            if key.startswith(POD):
-                self.ctx.turnstile.leave(key[len(POD):])
             self.queue.done(key)
             return False
         kind = key.split(":", 1)[0]
@@ -200,9 +198,7 @@ class Controller:
             if not self._abandoned.is_set():
                 self.queue.add_rate_limited(key)
         finally:
-            if key.startswith(POD):  # entered when handed out (_enter_turnstile)
-                self.ctx.turnstile.leave(key[len(POD):])
-            self.queue.done(key)
+            self.queue.done(key)  # leaves the turnstile unless handed out again (TurnstileTracker)
             if self.metrics is not None:
                 self.metrics.sync_seconds.labels(kind, result).observe(time.monotonic() - started)
         return True
@@ -280,18 +276,45 @@ def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str,
     return (" ", pod["metadata"].get("creationTimestamp") or "", key)
 
 
-def _enter_turnstile(turnstile: AgeTurnstile, key: str,
-                     get_pod: Callable[[str, str], Obj | None]) -> None:
-    """A pod key handed out by the queue enters the turnstile at once (see
-    AgeTurnstile.enter); its sync leaves it once decided, the worker loop
-    in any case."""
-    if not key.startswith(POD):
-        return
-    ns, name = keys.split(key[len(POD):])
-    pod = get_pod(ns, name)
-    created = parse_time((pod or {}).get("metadata", {}).get("creationTimestamp")) if pod else None
-    if created is not None:
-        turnstile.enter(key[len(POD):], (created, ns, name))  # the key pod sync uses
+class TurnstileTracker:
+    """Keeps the pods the work queue has handed out, or will hand out again,
+    in the turnstile (AgeTurnstile), under the queue's lock.
+
+    A pod enters as it is handed out, so the pod handed out first holds back
+    one handed out after it even if that one's worker reaches the decision
+    first; its sync leaves once decided. A pod woken while it is being
+    synced (GPUs freed after it decided, before its worker was done) enters
+    again at once and stays in until decided again: else a younger pod
+    woken by the same change, handed out meanwhile, would take the GPUs the
+    older one now fits (make bench-controller's raised-node wake-up).
+    """
+
+    def __init__(self, turnstile: AgeTurnstile, get_pod: Callable[[str, str], Obj | None]) -> None:
+        self._turnstile = turnstile
+        self._get_pod = get_pod
+
+    def handed_out(self, key: str) -> None:
+        self._enter(key)
+
+    def added_while_processing(self, key: str) -> None:
+        self._enter(key)
+
+    def finished(self, key: str, again: bool) -> None:
+        if not key.startswith(POD):
+            return
+        if again:
+            self._enter(key)  # its sync may have left after deciding
+        else:
+            self._turnstile.leave(key[len(POD):])
+
+    def _enter(self, key: str) -> None:
+        if not key.startswith(POD):
+            return
+        ns, name = keys.split(key[len(POD):])
+        pod = self._get_pod(ns, name)
+        created = parse_time(pod["metadata"].get("creationTimestamp")) if pod else None
+        if created is not None:
+            self._turnstile.enter(key[len(POD):], (created, ns, name))  # the key pod sync uses
 
 
 def dispatch(ctx: SyncContext, key: str) -> None:
@@ -345,13 +368,17 @@ class Handlers:
             pods = [p for p in pods if p["metadata"].get("namespace") == namespace]
         free = None if changed_nodes is None else list(self.view.free_on(changed_nodes).values())
         needs = self.ctx.memories.capacity_needs
+        woken = []
         for p in pods:
             key = keys.key_of(p)
             if free is not None:
                 need = needs.get(key)
                 if need is not None and not any(_fits(need, f) for f in free):
                     continue
-            self.queue.add(POD + key)
+            woken.append(POD + key)
+        # All at once: a worker idle in get() must not take the first one
+        # added (the index's order) before the oldest is in (DESIGN §4).
+        self.queue.add_all(woken)
 
     def woke(self, change: Change) -> None:
         if change.freed_anywhere:

@@ -84,14 +84,14 @@ def test_a_pod_handed_out_first_holds_back_one_handed_out_after_it_whose_worker_
     out together to two workers; the younger's worker reached the decision
     first and took the room. Entering at hand-out (under the queue's lock)
     closes it: the younger waits although the older's worker has not run."""
-    from gpuclaimctl.controller import _enter_turnstile
+    from gpuclaimctl.controller import TurnstileTracker
     from gpuclaimctl.model.snapshot import parse_time
     from workqueue import Queue
 
     pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
     turnstile = AgeTurnstile(max_wait=5.0)
-    q: Queue[str] = Queue(on_get=lambda key: _enter_turnstile(
-        turnstile, key, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}}))
+    q: Queue[str] = Queue(tracker=TurnstileTracker(
+        turnstile, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}}))
     q.add("pod:team/old")
     q.add("pod:team/young")
     assert q.get()[0] == "pod:team/old"  # worker A, not yet running its sync
@@ -109,3 +109,35 @@ def test_a_pod_handed_out_first_holds_back_one_handed_out_after_it_whose_worker_
     turnstile.leave("team/old")  # A decided
     assert done.wait(5)
     t.join()
+
+
+def test_a_pod_woken_after_it_decided_holds_back_a_younger_one_until_it_decides_again() -> None:
+    """The raised-node wake-up of make bench-controller: the oldest waiting
+    pod decided "no room" just before a node grew; the wake found it still
+    in its worker (so it is handed out again only after done) and handed
+    the younger pods it woke to the other workers, one of which took the
+    room. Woken while processing, the older pod is back in the turnstile at
+    once and stays there until its next decision."""
+    from gpuclaimctl.controller import TurnstileTracker
+    from gpuclaimctl.model.snapshot import parse_time
+    from workqueue import Queue
+
+    pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
+    turnstile = AgeTurnstile(max_wait=0.2)
+    q: Queue[str] = Queue(order=lambda k: pods[k.split("/")[1]], tracker=TurnstileTracker(
+        turnstile, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}}))
+    young_age = (parse_time(pods["young"]), "team", "young")
+    q.add("pod:team/old")
+    assert q.get()[0] == "pod:team/old"  # worker A
+    turnstile.leave("team/old")  # A decided: no room; it is writing why
+    q.add_all(["pod:team/old", "pod:team/young"])  # the node grew: both woken
+    assert q.get()[0] == "pod:team/young"  # worker B
+    assert not turnstile.wait_turn("team/young", young_age)  # held back (till max_wait)
+    q.done("pod:team/old")  # A is done: old is handed out again, still inside
+    assert not turnstile.wait_turn("team/young", young_age)
+    assert q.get()[0] == "pod:team/old"
+    turnstile.leave("team/old")  # decided again, now with the room
+    assert turnstile.wait_turn("team/young", young_age)
+    q.done("pod:team/old")
+    q.done("pod:team/young")
+    assert len(turnstile) == 0

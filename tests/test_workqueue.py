@@ -249,3 +249,57 @@ def test_ordered_delaying_queue_orders_what_became_ready_together():
         assert [q.get()[0], q.get()[0]] == ["m", "z"]
     finally:
         q.shut_down()
+
+
+def test_add_all_lets_a_waiting_getter_see_every_item_before_it_takes_one():
+    """A worker idle in get() is woken by the first add; with one add per
+    item it can take that item before a lower one is in. add_all holds the
+    lock for the batch, so it gets the lowest."""
+    import sys
+
+    q: Queue[int] = Queue(order=lambda item: item)
+    got: list[int] = []
+    waiting = threading.Event()
+
+    def getter() -> None:
+        waiting.set()
+        got.append(q.get()[0])  # type: ignore[arg-type]
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        t = threading.Thread(target=getter)
+        t.start()
+        waiting.wait()
+        wait_for(lambda: q._idle_getters == 1, timeout=5, interval=0.001, message="getter idle")
+        q.add_all(range(2000, 0, -1))  # the lowest comes last
+        t.join(5)
+    finally:
+        sys.setswitchinterval(old)
+        q.shut_down()
+    assert got == [1]
+
+
+def test_a_tracker_sees_hand_outs_re_adds_and_dones_in_order():
+    calls: list[tuple[str, str, bool | None]] = []
+
+    class Tracker:
+        def handed_out(self, item: str) -> None:
+            calls.append(("out", item, None))
+
+        def added_while_processing(self, item: str) -> None:
+            calls.append(("again", item, None))
+
+        def finished(self, item: str, again: bool) -> None:
+            calls.append(("done", item, again))
+
+    q: Queue[str] = Queue(tracker=Tracker())
+    q.add("a")
+    assert get_now(q)[0] == "a"
+    q.add("a")  # added while processing
+    q.done("a")  # so handed out again
+    assert get_now(q)[0] == "a"
+    q.done("a")
+    assert calls == [("out", "a", None), ("again", "a", None), ("done", "a", True),
+                     ("out", "a", None), ("done", "a", False)]
+    q.shut_down()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from workqueue.clock import Clock, FakeClock, RealClock
 from workqueue.delaying_queue import DelayingQueue
-from workqueue.queue import GetResult, Queue
+from workqueue.queue import GetResult, HandOutTracker, Queue
 from workqueue.queue_metrics import MetricsProvider
 from workqueue.rate_limiters import (
     BucketRateLimiter,
@@ -27,6 +27,7 @@ __all__ = [
     "DelayingQueue",
     "FakeClock",
     "GetResult",
+    "HandOutTracker",
     "ItemExponentialFailureRateLimiter",
     "ItemFastSlowRateLimiter",
     "MaxOfRateLimiter",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from workqueue.clock import Clock
-from workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD, Queue
+from workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD, HandOutTracker, Queue
 from workqueue.queue_metrics import CounterMetric, MetricsProvider
 
 T = TypeVar("T", bound=Hashable)
@@ -43,7 +43,7 @@ class DelayingQueue(Queue[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
         order: Callable[[T], Any] | None = None,
-        on_get: Callable[[T], None] | None = None,
+        tracker: HandOutTracker[T] | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -51,7 +51,7 @@ class DelayingQueue(Queue[T]):
             clock=clock,
             unfinished_work_update_period=unfinished_work_update_period,
             order=order,
-            on_get=on_get,
+            tracker=tracker,
         )
         # The waiting thread sleeps here; it shares the queue's lock so that
         # moving an item from the heap to the queue is one critical section.

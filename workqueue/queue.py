@@ -31,7 +31,8 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, Literal, TypeVar, Union
+from collections.abc import Iterable
+from typing import Any, Generic, Literal, Protocol, TypeVar, Union
 
 from workqueue.clock import Clock, RealClock
 from workqueue.queue_metrics import MetricsProvider, QueueMetrics, new_queue_metrics
@@ -45,6 +46,22 @@ UNFINISHED_WORK_UPDATE_PERIOD = 0.5
 # What ``get`` returns: an item, or (None, True) once shut down and drained.
 # Indexing narrows it (``got = q.get(); if got[1]: return``).
 GetResult = Union[tuple[T, Literal[False]], tuple[None, Literal[True]]]
+
+T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
+
+
+class HandOutTracker(Protocol[T_contra]):
+    """Told, under the queue's lock, when an item is handed out, added again
+    while it is processed, and done (``again``: it will be handed out once
+    more). So a caller can keep a picture of its items that no hand-out can
+    slip past (the controller's turnstile). Each call must be quick and
+    must not call back into the queue."""
+
+    def handed_out(self, item: T_contra) -> None: ...
+
+    def added_while_processing(self, item: T_contra) -> None: ...
+
+    def finished(self, item: T_contra, again: bool) -> None: ...
 
 
 class OrderedReady(Generic[T]):
@@ -90,7 +107,7 @@ class Queue(Generic[T]):
         "_updater_cond",
         "_update_period",
         "_threads",
-        "_on_get",
+        "_tracker",
     )
 
     def __init__(
@@ -101,7 +118,7 @@ class Queue(Generic[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
         order: Callable[[T], Any] | None = None,
-        on_get: Callable[[T], None] | None = None,
+        tracker: HandOutTracker[T] | None = None,
     ) -> None:
         if not unfinished_work_update_period > 0:
             raise ValueError("unfinished_work_update_period must be positive")
@@ -114,10 +131,9 @@ class Queue(Generic[T]):
         # lowest ``order`` first.
         self._queue: deque[T] | OrderedReady[T] = (
             deque() if order is None else OrderedReady(order))
-        # Called with each item as it is handed out, under the queue's lock,
-        # so hand-outs are seen in the order they happen (it must be quick
-        # and must not call back into the queue).
-        self._on_get = on_get
+        # Told of hand-outs, re-adds while processing and dones, under the
+        # queue's lock, in the order they happen.
+        self._tracker = tracker
         # Items that need processing: those in ``_queue`` plus those added
         # again while being processed.
         self._dirty: set[T] = set()
@@ -160,10 +176,20 @@ class Queue(Generic[T]):
             self._dirty.add(item)
             if item in self._processing:
                 # Handed out again by done().
+                if self._tracker is not None:
+                    self._tracker.added_while_processing(item)
                 return
             self._queue.append(item)
             if self._idle_getters:
                 self._cond.notify()
+
+    def add_all(self, items: Iterable[T]) -> None:
+        """``add`` each item, all under one hold of the lock: a getter woken
+        by the first sees them all, so with ``order`` it gets the lowest of
+        them, not whichever was added first."""
+        with self._lock:
+            for item in items:
+                self._add_locked(item)
 
     def _add_locked(self, item: T) -> None:
         if self._shutting_down or item in self._dirty:
@@ -173,6 +199,8 @@ class Queue(Generic[T]):
             metrics.add(item)
         self._dirty.add(item)
         if item in self._processing:
+            if self._tracker is not None:
+                self._tracker.added_while_processing(item)
             return
         self._queue.append(item)
         if self._idle_getters:
@@ -203,8 +231,8 @@ class Queue(Generic[T]):
                 finally:
                     self._idle_getters -= 1
             item = queue.popleft()
-            if self._on_get is not None:
-                self._on_get(item)
+            if self._tracker is not None:
+                self._tracker.handed_out(item)
             metrics = self._metrics
             if metrics is not None:
                 metrics.get(item)
@@ -220,10 +248,13 @@ class Queue(Generic[T]):
                 metrics.done(item)
             processing = self._processing
             processing.discard(item)
-            if item in self._dirty:
+            again = item in self._dirty
+            if again:
                 self._queue.append(item)
                 if self._idle_getters:
                     self._cond.notify()
+            if self._tracker is not None:
+                self._tracker.finished(item, again)
             if not processing and self._drain:
                 self._cond.notify_all()
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from workqueue.clock import Clock
 from workqueue.delaying_queue import DelayingQueue
-from workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD
+from workqueue.queue import UNFINISHED_WORK_UPDATE_PERIOD, HandOutTracker
 from workqueue.queue_metrics import MetricsProvider
 from workqueue.rate_limiters import RateLimiter
 
@@ -33,7 +33,7 @@ class RateLimitingQueue(DelayingQueue[T]):
         clock: Clock | None = None,
         unfinished_work_update_period: float = UNFINISHED_WORK_UPDATE_PERIOD,
         order: Callable[[T], Any] | None = None,
-        on_get: Callable[[T], None] | None = None,
+        tracker: HandOutTracker[T] | None = None,
     ) -> None:
         self._rate_limiter = rate_limiter
         super().__init__(
@@ -42,7 +42,7 @@ class RateLimitingQueue(DelayingQueue[T]):
             clock=clock,
             unfinished_work_update_period=unfinished_work_update_period,
             order=order,
-            on_get=on_get,
+            tracker=tracker,
         )
 
     def add_rate_limited(self, item: T) -> None:

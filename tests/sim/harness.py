@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
@@ -95,6 +95,10 @@ class SimQueue:
     def add(self, key: str) -> None:
         self.ready[key] = None
         self.delayed.pop(key, None)
+
+    def add_all(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.add(key)
 
     def add_after(self, key: str, seconds: float) -> None:
         if key in self.ready:
