@@ -53,6 +53,7 @@ class SharedInformerFactory:
         field_selector: str = "",
         default_resync_period: float = 0.0,
         transform: Transform | None = strip_managed_fields,
+        transforms: Mapping[Resource, Transform] | None = None,
         compact: bool = True,
         page_size: int = DEFAULT_PAGE_SIZE,
         min_watch_timeout: float = DEFAULT_MIN_WATCH_TIMEOUT,
@@ -64,7 +65,9 @@ class SharedInformerFactory:
     ) -> None:
         """``namespace`` limits namespaced resources to one namespace; the
         selectors apply to every resource. ``transform`` runs on each object
-        before it is cached (by default it drops ``managedFields``); then,
+        before it is cached (by default it drops ``managedFields``), or the
+        one ``transforms`` gives for its resource (client-go's per-informer
+        SetTransform: a controller keeps only what it reads); then,
         with ``compact``, a ``Compactor`` shares equal parts between cached
         objects (a fifth of the memory for pods; see transforms).
         ``use_watch_list`` fills each cache from a WatchList stream, falling
@@ -76,6 +79,7 @@ class SharedInformerFactory:
         self._field_selector = field_selector
         self._default_resync_period = default_resync_period
         self._transform = transform
+        self._transforms = dict(transforms or {})
         self._compact = compact
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
@@ -109,7 +113,7 @@ class SharedInformerFactory:
                     lw,
                     name=str(resource),
                     default_resync_period=self._default_resync_period,
-                    transform=self._transform_for_one_informer(),
+                    transform=self._transform_for_one_informer(resource),
                     page_size=self._page_size,
                     min_watch_timeout=self._min_watch_timeout,
                     backoff=self._backoff,
@@ -131,14 +135,15 @@ class SharedInformerFactory:
                 informer.add_indexers(missing)
         return informer
 
-    def _transform_for_one_informer(self) -> Transform | None:
+    def _transform_for_one_informer(self, resource: Resource) -> Transform | None:
+        transform = self._transforms.get(resource, self._transform)
         if not self._compact:
-            return self._transform
+            return transform
         # One Compactor per informer: each runs on its informer's thread.
         compactor = Compactor()
-        if self._transform is None:
+        if transform is None:
             return compactor
-        return chain(self._transform, compactor)
+        return chain(transform, compactor)
 
     def informers(self) -> dict[Resource, SharedInformer]:
         with self._lock:

@@ -42,6 +42,7 @@ from gpuclaimctl.client.metricsauth import ApiServerAuth
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl import logs
 from gpuclaimctl.controller import Controller, Settings
+from gpuclaimctl.model.podcache import prune_pod
 from gpuclaimctl.cmd.bindaddress import on_loopback
 from gpuclaimctl.cmd.endpoints import Check, EndpointServer, self_signed_tls
 from gpuclaimctl.client.leaderelection import (
@@ -53,7 +54,7 @@ from gpuclaimctl.client.leaderelection import (
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.cmd.statusview import waiting_pods
 from gpuclaimctl.cmd.webhook import build_webhook
-from informers import SharedInformerFactory
+from informers import PODS, SharedInformerFactory
 from metrics.controller import ControllerMetrics, EventMetrics, PodWait
 from metrics.leaderelection import LeaderElectionMetrics
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -136,7 +137,9 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
     and its writes are refused once `fence` says this process may no longer lead.
     Its events go to `recorder` (whose caller starts and stops it), or
     without one are sent from the sync like any write."""
-    factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period)
+    # Pods are cached as the controller reads them, no more (model.podcache).
+    factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period,
+                                    transforms={PODS: prune_pod})
     settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
                         node_lost_grace=options.node_lost_grace)
     metrics = ControllerMetrics(registry, max_namespaces=options.metrics_max_namespaces)

@@ -1,0 +1,101 @@
+"""model.podcache.prune_pod: the controller's pod cache keeps what it reads.
+
+Each test reads a realistic pod (benchmarks/informer_bench.pod_manifest:
+two containers with env, probes, mounts; volumes of several kinds) through
+the functions the controller reads cached pods with, pruned and whole, and
+requires the same answer."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import orjson
+import pytest
+
+from benchmarks.informer_bench import pod_manifest
+from gpuclaimctl.decide import podplan
+from gpuclaimctl.decide.capacity import extended_resources, pod_holds_node, pod_request, pod_usage
+from gpuclaimctl.model import api
+from gpuclaimctl.model.podcache import LAST_APPLIED, prune_pod
+from gpuclaimctl.model.podclaims import has_gate, pod_claims
+from gpuclaimctl.model.snapshot import PodInfo
+from gpuclaimctl.model.volumes import pvc_names
+
+Obj = dict[str, Any]
+
+
+def as_served(i: int) -> Obj:
+    """A realistic pod as the API server sends it: our gate and claims,
+    GPU requests, node rules, volumes of every kind, status."""
+    pod = pod_manifest(i, "team")
+    meta, spec = pod["metadata"], pod["spec"]
+    meta.update(uid=f"uid-{i}", resourceVersion="42", creationTimestamp="2026-12-01T10:00:00Z",
+                ownerReferences=[{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1",
+                                  "controller": True}],
+                managedFields=[{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}])
+    meta.setdefault("annotations", {})[api.CLAIMS_ANNOTATION] = json.dumps(
+        [{"name": "gpu", "className": "a100", "count": 2}])
+    meta["annotations"][LAST_APPLIED] = json.dumps(pod)
+    spec["schedulingGates"] = [{"name": api.SCHEDULING_GATE}, {"name": "other.example/gate"}]
+    spec["nodeSelector"] = {"pool": "gpu"}
+    spec["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
+    spec["overhead"] = {"nvidia.com/gpu": "1"}
+    spec["containers"][0].setdefault("resources", {})["limits"] = {"nvidia.com/gpu": "2"}
+    spec["initContainers"] = [{"name": "side", "image": "x", "restartPolicy": "Always",
+                               "env": [{"name": "A", "value": "b"}],
+                               "resources": {"requests": {"nvidia.com/gpu": "1"}}}]
+    spec.setdefault("volumes", []).extend([
+        {"name": "data", "persistentVolumeClaim": {"claimName": "dataset", "readOnly": True}},
+        {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["RWO"]}}}},
+        {"name": "cfg", "configMap": {"name": "cfg"}},
+    ])
+    pod["status"] = {"phase": "Pending", "qosClass": "Burstable",
+                     "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}],
+                     "containerStatuses": [{"name": "c", "ready": False}]}
+    return pod
+
+
+@pytest.mark.parametrize("i", range(5))
+def test_what_the_controller_reads_is_the_same_pruned(i: int) -> None:
+    pod = as_served(i)
+    whole = copy.deepcopy(pod)
+    pruned = prune_pod(pod)
+    assert pod == whole  # the informer's object is not changed in place
+    assert PodInfo.from_api(pruned) == PodInfo.from_api(whole)
+    assert pod_claims(pruned) == pod_claims(whole)
+    assert has_gate(pruned) == has_gate(whole)
+    assert pvc_names(pruned) == pvc_names(whole) and len(pvc_names(whole)) >= 2
+    assert extended_resources(pruned) == extended_resources(whole)
+    assert pod_request(pruned, "nvidia.com/gpu") == pod_request(whole, "nvidia.com/gpu") > 0
+    for p in (pruned, whole):
+        p["spec"]["nodeName"] = "n1"
+    assert pod_holds_node(pruned) == pod_holds_node(whole)
+    assert list(pod_usage(pruned)) == list(pod_usage(whole))
+    assert podplan.release_patch(pruned, "n1") == podplan.release_patch(whole, "n1")
+    assert pruned["status"] == {k: whole["status"][k] for k in ("phase", "conditions")}
+
+
+def test_a_pod_whose_only_annotation_is_kubectls_copy_is_still_patched_into_its_map() -> None:
+    """The release adds its annotation to an existing map, or makes the map;
+    making it would drop the copy kubectl apply relies on."""
+    pod = as_served(0)
+    pod["metadata"]["annotations"] = {LAST_APPLIED: "{...}"}
+    patch = podplan.release_patch(prune_pod(pod), "n1")
+    assert patch == podplan.release_patch(pod, "n1")
+    assert not any(op["path"] == "/metadata/annotations" for op in patch)
+
+
+def test_a_pruned_realistic_pod_is_a_fraction_of_the_whole() -> None:
+    pods = [as_served(i) for i in range(50)]
+    whole = sum(len(orjson.dumps(p)) for p in pods)
+    pruned = sum(len(orjson.dumps(prune_pod(p))) for p in pods)
+    assert pruned < whole / 5, (pruned, whole)
+
+
+def test_odd_shapes_do_not_raise() -> None:
+    for pod in ({}, {"metadata": None, "spec": "x"}, {"spec": {"containers": ["x"], "volumes": [1, {}]}}):
+        prune_pod(pod)  # type: ignore[arg-type]
