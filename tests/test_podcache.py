@@ -99,3 +99,35 @@ def test_a_pruned_realistic_pod_is_a_fraction_of_the_whole() -> None:
 def test_odd_shapes_do_not_raise() -> None:
     for pod in ({}, {"metadata": None, "spec": "x"}, {"spec": {"containers": ["x"], "volumes": [1, {}]}}):
         prune_pod(pod)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("node_affinity", [True, False])
+def test_the_release_pins_node_affinity_and_keeps_pod_anti_affinity_it_never_cached(
+        node_affinity: bool) -> None:
+    from tests.sim.fakeapi import json_patch
+
+    pod = as_served(1)
+    anti = {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+        "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"job": "j"}}}}]}
+    pod["spec"]["affinity"] = dict(pod["spec"]["affinity"], podAntiAffinity=anti)
+    if not node_affinity:
+        del pod["spec"]["affinity"]["nodeAffinity"]
+    cached = prune_pod(pod)
+    assert "podAntiAffinity" not in cached["spec"]["affinity"]
+    released = json_patch(pod, podplan.release_patch(cached, "n7"))
+    assert released["spec"]["affinity"]["podAntiAffinity"] == anti
+    terms = released["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert terms and all(t["matchFields"][-1]["values"] == ["n7"] for t in terms)
+    if node_affinity:  # the user's terms are kept, each narrowed to the node
+        assert terms[0]["matchExpressions"] == pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+
+
+def test_a_release_read_from_a_pod_without_affinity_makes_the_field() -> None:
+    from tests.sim.fakeapi import json_patch
+
+    pod = as_served(2)
+    del pod["spec"]["affinity"]
+    released = json_patch(pod, podplan.release_patch(prune_pod(pod), "n3"))
+    assert set(released["spec"]["affinity"]) == {"nodeAffinity"}

@@ -194,7 +194,7 @@ def release_patch(pod: Mapping[str, Any], node: str) -> list[Obj]:
     is created, so most releases lost a round trip and a sync to that. The
     patch fails (422) only if the pod is another (uid), is no longer gated
     as read, or its claims annotation, node selector, tolerations or
-    affinity changed: then the pod is decided again, as after a conflict.
+    node affinity changed: then the pod is decided again, as after a conflict.
     A field absent when read cannot be tested absent; one added meanwhile
     makes the scheduler refuse the pinned pod at worst, which the refused
     pod path handles."""
@@ -206,12 +206,23 @@ def release_patch(pod: Mapping[str, Any], node: str) -> list[Obj]:
     if api.CLAIMS_ANNOTATION in annotations:
         ops.append({"op": "test", "path": "/metadata/annotations/" + _pointer(api.CLAIMS_ANNOTATION),
                     "value": annotations[api.CLAIMS_ANNOTATION]})
-    for field in ("nodeSelector", "tolerations", "affinity"):
+    for field in ("nodeSelector", "tolerations"):
         if spec.get(field) is not None:
             ops.append({"op": "test", "path": f"/spec/{field}", "value": spec[field]})
+    # Only the node affinity is read, tested and pinned: pod (anti-)affinity
+    # is the scheduler's, and the controller's cache does not keep it
+    # (model.podcache).
+    affinity = spec.get("affinity")
+    node_affinity = affinity.get("nodeAffinity") if affinity is not None else None
+    if node_affinity is not None:
+        ops.append({"op": "test", "path": "/spec/affinity/nodeAffinity", "value": node_affinity})
     ops.append({"op": "replace", "path": "/spec/schedulingGates",
                 "value": [g for g in gates if g.get("name") != api.SCHEDULING_GATE]})
-    ops.append({"op": "add", "path": "/spec/affinity", "value": pin_to_node(spec.get("affinity"), node)})
+    pinned = pin_to_node({"nodeAffinity": node_affinity} if node_affinity is not None else None, node)
+    if affinity is None:
+        ops.append({"op": "add", "path": "/spec/affinity", "value": pinned})
+    else:
+        ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity", "value": pinned["nodeAffinity"]})
     if annotations:
         ops.append({"op": "add", "path": "/metadata/annotations/" + _pointer(api.PLACED_NODE_ANNOTATION),
                     "value": node})

@@ -11,13 +11,16 @@ kube-controller-manager trim their caches the same way (managedFields).
 What is kept is what something in this package reads from a cached pod:
 
 - metadata: name, namespace, uid, resourceVersion, generateName,
-  creationTimestamp, deletionTimestamp, labels, annotations, ownerReferences
-  and finalizers. The kubectl last-applied-configuration annotation (a copy
+  creationTimestamp, deletionTimestamp, annotations, ownerReferences and
+  finalizers (not labels: nothing selects pods by label). The kubectl last-applied-configuration annotation (a copy
   of the whole object) keeps its key with an empty value: the release patch
   must know whether the pod has annotations at all (it adds one key to an
   existing map, or makes the map), and nothing reads the copy;
-- spec: schedulingGates, nodeName, nodeSelector, affinity, tolerations and
-  overhead whole (the decision and the release's `test`s read them); of each
+- spec: schedulingGates, nodeName, nodeSelector, tolerations and overhead
+  whole (the decision and the release's `test`s read them); of affinity
+  the nodeAffinity alone (pod affinity is the scheduler's; the release
+  tests and pins spec.affinity.nodeAffinity only), an empty affinity when
+  it has none, so the release knows the field exists; of each
   container and init container only name, resources and restartPolicy (GPU
   requests, and sidecars count as long-running); of volumes only those
   backed by a PersistentVolumeClaim (name and claim) or generic ephemeral
@@ -38,8 +41,8 @@ Obj = dict[str, Any]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 _METADATA = ("name", "namespace", "uid", "resourceVersion", "generateName", "creationTimestamp",
-             "deletionTimestamp", "labels", "annotations", "ownerReferences", "finalizers")
-_SPEC = ("schedulingGates", "nodeName", "nodeSelector", "affinity", "tolerations", "overhead")
+             "deletionTimestamp", "annotations", "ownerReferences", "finalizers")
+_SPEC = ("schedulingGates", "nodeName", "nodeSelector", "tolerations", "overhead")
 _CONTAINER = ("name", "resources", "restartPolicy")
 _STATUS = ("phase", "conditions")
 
@@ -57,6 +60,9 @@ def prune_pod(pod: Obj) -> Obj:
     spec = pod.get("spec")
     if isinstance(spec, dict):
         s = _pick(spec, _SPEC)
+        affinity = spec.get("affinity")
+        if isinstance(affinity, dict):
+            s["affinity"] = _pick(affinity, ("nodeAffinity",))
         for group in ("containers", "initContainers"):
             containers = spec.get(group)
             if isinstance(containers, list):
