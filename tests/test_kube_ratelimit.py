@@ -200,12 +200,30 @@ def test_a_paged_list_follows_continue_tokens_to_the_last_page() -> None:
     api = FakeApiClient(page(["a", "b"], "t1"), page(["c"], "t2"), page([]))
     items = kube.list_all(api, "/api/v1/nodes", [("fieldSelector", "x")], page_size=2)  # type: ignore[arg-type]
     assert [i["metadata"]["name"] for i in items] == ["a", "b", "c"]
-    assert [url for _, url in api.sent] == ["https://api/api/v1/nodes"] * 3
-    assert api.queries == [
-        [("fieldSelector", "x"), ("limit", "2")],
-        [("fieldSelector", "x"), ("limit", "2"), ("continue", "t1")],
-        [("fieldSelector", "x"), ("limit", "2"), ("continue", "t2")],
+    assert [url for _, url in api.sent] == [
+        "https://api/api/v1/nodes?fieldSelector=x&limit=2",
+        "https://api/api/v1/nodes?fieldSelector=x&limit=2&continue=t1",
+        "https://api/api/v1/nodes?fieldSelector=x&limit=2&continue=t2",
     ]
+
+
+def test_the_client_makes_the_auth_headers_once_in_a_while_and_again_after_a_401(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making them runs the kubeconfig's token refresh hook (costly per
+    request); a token refused is read again at once."""
+    now = [100.0]
+    monkeypatch.setattr(kube.time, "monotonic", lambda: now[0])
+    api = FakeApiClient(*[FakeResponse(200, b"{}")] * 3, FakeResponse(401, b""), FakeResponse(200, b"{}"))
+    for _ in range(3):
+        kube.request(api, "GET", "/api/v1/nodes", query=[("labelSelector", "a b/c")])  # type: ignore[arg-type]
+    assert len(api.queries) == 1  # made once
+    assert api.sent[0][1] == "https://api/api/v1/nodes?labelSelector=a%20b/c"
+    now[0] += kube.PREPARED_FOR
+    with pytest.raises(ApiError):
+        kube.request(api, "GET", "/x")  # type: ignore[arg-type]
+    assert len(api.queries) == 2  # made again when it ran out
+    kube.request(api, "GET", "/x")  # type: ignore[arg-type]
+    assert len(api.queries) == 3  # and after the 401
 
 
 def test_every_request_the_writer_sends_waits_for_its_limiter(fake: FakeTime) -> None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
+from urllib.parse import quote
 
 import orjson
 import urllib3
@@ -97,15 +99,12 @@ def request(
     """
     if limiter is not None:
         limiter.wait()
-    # The client makes the URL and the auth headers (a token it may refresh);
-    # the body is encoded here, once, by orjson: the client's own path walks
-    # every body with sanitize_for_serialization and json.dumps, which was
-    # the largest cost of a write in the controller's benchmark.
-    method, url, headers, _body, _post = api_client.param_serialize(
-        method, path, query_params=query or [],
-        header_params={"Content-Type": content_type, "Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
+    base, headers = _prepared(api_client, content_type)
+    url = base + path
+    if query:
+        url += "?" + "&".join(f"{k}={quote(str(v))}" for k, v in query)  # as param_serialize
+    # Encoded here, once, by orjson: the client's own path walks every body
+    # with sanitize_for_serialization and json.dumps.
     payload = None if body is None else orjson.dumps(body)
     if fence is not None:
         timeout = min(timeout, fence())
@@ -115,7 +114,41 @@ def request(
     data: bytes = resp.data
     if 200 <= resp.status < 300:
         return data
+    if resp.status == 401:
+        _PREPARED.pop(api_client, None)  # the token was refused: read it again next time
     raise error_from_answer(resp.status, data)
+
+
+# How long the URL base and headers (the bearer token above all) the
+# client makes are reused. Making them runs the kubeconfig loader's token
+# refresh hook, which rebuilds the client's configuration (proxy settings
+# from the environment included) on every call: about a tenth of the
+# controller's CPU when it did so per request. client-go re-reads a token
+# file once a minute; a refused token (401) is read again at once.
+PREPARED_FOR = 30.0
+
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, str, dict[str, str]]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _prepared(api_client: client.ApiClient, content_type: str) -> tuple[str, dict[str, str]]:
+    """The URL base (scheme, host, port) and the headers of a request with
+    `content_type`, made by the client (auth, user agent), reused for
+    PREPARED_FOR seconds. Threads racing to make them make them twice: harmless."""
+    now = time.monotonic()
+    per_type = _PREPARED.get(api_client)
+    if per_type is None:
+        per_type = _PREPARED.setdefault(api_client, {})
+    made = per_type.get(content_type)
+    if made is None or made[0] <= now:
+        _method, url, headers, _body, _post = api_client.param_serialize(
+            "GET", "", query_params=[],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        made = (now + PREPARED_FOR, url, dict(headers))
+        per_type[content_type] = made
+    return made[1], dict(made[2])  # a copy: nothing may change the shared one
 
 
 def request_json(api_client: client.ApiClient, method: str, path: str, **kw: Any) -> Any:
