@@ -12,6 +12,7 @@ Pure: no client, no clock, no globals.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -96,11 +97,16 @@ class PodClaimsError(ValueError):
         return head + "; ".join(f"({i}) {p}" for i, p in enumerate(self.problems, 1))
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_claims(text: str | None) -> tuple[ClaimEntry, ...]:
     """Parse and validate the annotation's text.
 
     Raises PodClaimsError listing every problem found (not only the first),
     so a user fixes the annotation in one edit.
+
+    Memoized on the text (the entries are immutable): the pods of one job
+    carry the same annotation, and every pod event and sync reads it; an
+    invalid text (an error, which is not memoized) is parsed each time.
     """
     if text is None:
         raise PodClaimsError(

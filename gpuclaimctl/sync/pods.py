@@ -176,7 +176,9 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             ctx.metrics.observe_release(meta.get("namespace", ""),
                                         max(0.0, (ctx.now() - created_at).total_seconds()))
     ctx.memories.last_warning.pop(key, None)
-    log.info("released pod on node", extra={"pod": key, "node": decision.node})
+    # Debug, not info: a line per pod was 3 % of the controller's CPU; the
+    # Placed event and gpuclaimctl_placements_total tell the same.
+    log.debug("released pod on node", extra={"pod": key, "node": decision.node})
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed",
                      f"GPU claims placed on node {decision.node}: {decision.message}")
 
