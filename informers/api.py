@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import urlencode
 
 import orjson
@@ -232,8 +232,11 @@ class HttpWatchStream:
     def __iter__(self) -> Iterator[tuple[str, KubeObject]]:
         loads = orjson.loads
         rest = b""
+        raw = _raw_chunked(self._resp)
         try:
-            for chunk in self._resp.stream(_STREAM_CHUNK, decode_content=True):
+            blocks = (_dechunked(raw.read1) if raw is not None
+                      else self._resp.stream(_STREAM_CHUNK, decode_content=True))
+            for chunk in blocks:
                 if rest:
                     chunk = rest + chunk
                 lines = chunk.split(b"\n")
@@ -263,6 +266,59 @@ class HttpWatchStream:
         resp.close()
         if first and self._on_done is not None:
             self._on_done(self)
+
+
+def _raw_chunked(resp: urllib3.BaseHTTPResponse) -> Any:
+    """The buffered socket reader under a chunked, unencoded response (the
+    API server's watch), or None to read through urllib3.
+
+    The server sends each watch event as one HTTP chunk; urllib3 reads
+    chunk by chunk (a readline and a read each), which made a WatchList of
+    20,000 pods cost a second more than the same pods listed. Reading big
+    blocks and taking the chunk framing apart here costs a `find` per chunk.
+    """
+    fp = getattr(getattr(resp, "_fp", None), "fp", None)
+    encoding = (resp.headers.get("Content-Encoding") or "identity").lower()
+    if fp is None or not getattr(resp, "chunked", False) or encoding != "identity" \
+            or not hasattr(fp, "read1"):
+        return None
+    return fp
+
+
+def _dechunked(read1: Callable[[int], bytes]) -> Iterator[bytes]:
+    """The payload of an HTTP/1.1 chunked body (RFC 9112 7.1) read with
+    `read1`, one piece per block read: every chunk complete in the block,
+    joined. Ends at the last (zero) chunk; a body cut short raises OSError."""
+    buf = b""
+    pos = 0
+    while True:
+        block = read1(_STREAM_CHUNK)
+        if not block:
+            raise OSError("the connection closed in the middle of a chunked body")
+        buf = buf[pos:] + block if pos < len(buf) else block
+        pos = 0
+        pieces: list[bytes] = []
+        while True:
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break
+            size_field = buf[pos:eol].split(b";", 1)[0].strip()
+            try:
+                size = int(size_field, 16)
+            except ValueError:
+                raise OSError(f"bad chunk size {size_field[:20]!r}") from None
+            if size == 0:
+                if pieces:
+                    yield b"".join(pieces)
+                return  # trailers, if any, are left unread with the connection
+            start = eol + 2
+            end = start + size
+            if len(buf) < end + 2:
+                break  # the rest of this chunk is in a later block
+            pieces.append(buf[start:end])
+            pos = end + 2
+        if pieces:
+            yield b"".join(pieces)
 
 
 class ResourceListerWatcher:

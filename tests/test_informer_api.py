@@ -228,3 +228,77 @@ def test_closing_a_watch_from_another_thread_ends_its_reader_at_once(silent_serv
     reader.join(5)
     assert not reader.is_alive() and time.monotonic() - started < 2
     assert outcome == [[]], "a closed watch ends quietly, not with an error"
+
+
+# -- the watch's chunked body, taken apart by informers.api._dechunked ------------------
+
+def _chunked(pieces: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def _events(n: int) -> list[bytes]:
+    return [orjson.dumps({"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}, "pad": "x" * (i * 37)}})
+            + b"\n" for i in range(n)]
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64, 1000, 1 << 16])
+def test_a_chunked_body_read_in_blocks_of_any_size_gives_back_its_payload(block: int) -> None:
+    from informers.api import _dechunked
+
+    events = _events(40)
+    # One event per chunk (as the API server writes), an event split over
+    # two chunks, two events in one chunk, and a chunk extension.
+    pieces = events[:10] + [events[10][:5], events[10][5:]] + [events[11] + events[12]] + events[13:]
+    body = _chunked(pieces).replace(b"\r\n", b";ext=1\r\n", 1)
+    stream = iter(body[i:i + block] for i in range(0, len(body), block))
+    out = b"".join(_dechunked(lambda _n: next(stream, b"")))
+    assert out == b"".join(events)
+
+
+def test_a_chunked_body_cut_short_or_malformed_is_an_error() -> None:
+    from informers.api import _dechunked
+
+    body = _chunked(_events(3))
+    for bad in (body[:-5], b"zz\r\nabc\r\n"):
+        blocks = iter([bad])
+        with pytest.raises(OSError):
+            b"".join(_dechunked(lambda _n: next(blocks, b"")))
+
+
+def test_a_real_chunked_watch_response_is_read_around_urllib3() -> None:
+    """The API server's shape end to end: a chunked HTTP/1.1 response read
+    with urllib3's response object, as HttpWatchStream gets it."""
+    import http.server
+    import threading
+
+    import urllib3
+
+    from informers.api import HttpWatchStream, _raw_chunked
+
+    events = _events(200)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for e in events:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(e), e))
+            self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        resp = urllib3.PoolManager().request(
+            "GET", f"http://127.0.0.1:{server.server_address[1]}/", preload_content=False)
+        assert _raw_chunked(resp) is not None  # the fast path is taken
+        got = [obj["metadata"]["name"] for _t, obj in HttpWatchStream(resp)]
+    finally:
+        server.shutdown()
+    assert got == [f"p{i}" for i in range(200)]
