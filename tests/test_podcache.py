@@ -131,3 +131,20 @@ def test_a_release_read_from_a_pod_without_affinity_makes_the_field() -> None:
     del pod["spec"]["affinity"]
     released = json_patch(pod, podplan.release_patch(prune_pod(pod), "n3"))
     assert set(released["spec"]["affinity"]) == {"nodeAffinity"}
+
+
+def test_the_controller_built_by_the_app_caches_pods_pruned() -> None:
+    from kubernetes import client
+    from prometheus_client import CollectorRegistry
+
+    from gpuclaimctl.cmd import app
+    from gpuclaimctl.cmd.options import Options
+    from informers import PODS
+
+    api_client = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # never asked
+    factory, _ = app.build(api_client, Options(), CollectorRegistry())
+    transform = factory.informer_for(PODS).reflector._transform
+    assert transform is not None
+    cached = transform(as_served(3))
+    assert "labels" not in cached["metadata"] and "managedFields" not in cached["metadata"]
+    assert all(set(c) <= {"name", "resources", "restartPolicy"} for c in cached["spec"]["containers"])
