@@ -315,6 +315,8 @@ class TurnstileTracker:
         created = parse_time(pod["metadata"].get("creationTimestamp")) if pod else None
         if created is not None:
             self._turnstile.enter(key[len(POD):], (created, ns, name))  # the key pod sync uses
+        else:  # gone: it holds no one back
+            self._turnstile.leave(key[len(POD):])
 
 
 def dispatch(ctx: SyncContext, key: str) -> None:

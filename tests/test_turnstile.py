@@ -141,3 +141,21 @@ def test_a_pod_woken_after_it_decided_holds_back_a_younger_one_until_it_decides_
     q.done("pod:team/old")
     q.done("pod:team/young")
     assert len(turnstile) == 0
+
+
+def test_a_pod_deleted_while_it_is_synced_holds_no_one_back() -> None:
+    from gpuclaimctl.controller import TurnstileTracker
+    from gpuclaimctl.model.snapshot import parse_time
+    from workqueue import Queue
+
+    pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
+    turnstile = AgeTurnstile(max_wait=5.0)
+    q: Queue[str] = Queue(tracker=TurnstileTracker(
+        turnstile, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}} if name in pods else None))
+    q.add("pod:team/old")
+    assert q.get()[0] == "pod:team/old"
+    del pods["old"]  # deleted; its delete event adds the key again
+    q.add("pod:team/old")
+    assert turnstile.wait_turn("team/young", (parse_time("2026-11-30T10:00:01Z"), "team", "young"))
+    q.done("pod:team/old")
+    q.shut_down()
