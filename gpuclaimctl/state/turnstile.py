@@ -5,12 +5,14 @@ younger pod whose claims resolve sooner (an older one is still creating its
 template claims) could reach the decision first and take the room the
 older one wanted. DESIGN §4: where pods compete, the oldest goes first.
 
-A worker enters the turnstile when it starts on a pod and waits, before
-deciding, while an older pod is inside; it leaves once its decision is
-recorded. Only pods being worked on take part: an older pod that waits for
-capacity and is not in a worker does not hold younger ones back (they may
-fit where it does not). The wait is bounded, so a stuck worker delays the
-others by `max_wait` at most; it never blocks them.
+A pod enters the turnstile when the work queue hands it out (or, woken
+while its worker is past its decision, when it is added again:
+controller.TurnstileTracker) and waits, before deciding, while an older pod
+is inside; it leaves once its decision is recorded. Only pods being worked
+on take part: an older pod that waits for capacity and is not in a worker
+does not hold younger ones back (they may fit where it does not). The wait
+is bounded, so a stuck worker delays the others by `max_wait` at most; it
+never blocks them.
 """
 
 from __future__ import annotations
