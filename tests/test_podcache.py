@@ -142,7 +142,8 @@ def test_the_controller_built_by_the_app_caches_pods_pruned() -> None:
     from informers import PODS
 
     api_client = client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))  # never asked
-    factory, _ = app.build(api_client, Options(), CollectorRegistry())
+    factory, controller = app.build(api_client, Options(), CollectorRegistry())
+    controller.queue.shut_down()  # its delay thread: no test may leave one behind
     transform = factory.informer_for(PODS).reflector._transform
     assert transform is not None
     cached = transform(as_served(3))
