@@ -18,7 +18,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import orjson
 import urllib3
@@ -27,6 +27,7 @@ from kubernetes import client, config
 # Re-exported: callers and tests catch `kube.ApiError`; it is errors.ApiError.
 from gpuclaimctl.client.errors import ApiError as ApiError
 from gpuclaimctl.client.errors import error_from_answer
+from gpuclaimctl.client.http11 import Http11
 
 
 class ConfigError(Exception):
@@ -100,23 +101,27 @@ def request(
     if limiter is not None:
         limiter.wait()
     base, headers = _prepared(api_client, content_type)
-    url = base + path
+    target = path
     if query:
-        url += "?" + "&".join(f"{k}={quote(str(v))}" for k, v in query)  # as param_serialize
+        target += "?" + "&".join(f"{k}={quote(str(v))}" for k, v in query)  # as param_serialize
     # Encoded here, once, by orjson: the client's own path walks every body
     # with sanitize_for_serialization and json.dumps.
     payload = None if body is None else orjson.dumps(body)
     if fence is not None:
         timeout = min(timeout, fence())
-    resp = api_client.rest_client.pool_manager.request(
-        method, url, body=payload, headers=headers, retries=False,
-        timeout=urllib3.Timeout(total=timeout), preload_content=True)
-    data: bytes = resp.data
-    if 200 <= resp.status < 300:
+    transport = _transport(api_client, base)
+    if transport is not None:
+        status, data = transport.request(method, _base_path(base) + target, headers, payload, timeout)
+    else:
+        resp = api_client.rest_client.pool_manager.request(
+            method, base + target, body=payload, headers=headers, retries=False,
+            timeout=urllib3.Timeout(total=timeout), preload_content=True)
+        status, data = resp.status, resp.data
+    if 200 <= status < 300:
         return data
-    if resp.status == 401:
+    if status == 401:
         _PREPARED.pop(api_client, None)  # the token was refused: read it again next time
-    raise error_from_answer(resp.status, data)
+    raise error_from_answer(status, data)
 
 
 # How long the URL base and headers (the bearer token above all) the
@@ -129,6 +134,29 @@ PREPARED_FOR = 30.0
 
 _PREPARED: weakref.WeakKeyDictionary[Any, dict[str, tuple[float, str, dict[str, str]]]] = \
     weakref.WeakKeyDictionary()
+
+
+_TRANSPORTS: weakref.WeakKeyDictionary[Any, tuple[str, Http11 | None]] = weakref.WeakKeyDictionary()
+_TRANSPORTS_LOCK = threading.Lock()
+
+
+def _transport(api_client: client.ApiClient, base: str) -> Http11 | None:
+    """The client's lean HTTP/1.1 transport (client.http11) for `base`, made
+    once; None where it cannot serve, and the request goes through urllib3."""
+    made = _TRANSPORTS.get(api_client)
+    if made is None or made[0] != base:
+        with _TRANSPORTS_LOCK:
+            made = _TRANSPORTS.get(api_client)
+            if made is None or made[0] != base:
+                made = (base, Http11.for_client(api_client, base))
+                _TRANSPORTS[api_client] = made
+    return made[1]
+
+
+def _base_path(base: str) -> str:
+    """The path of the server's URL (a proxy's prefix, as in
+    https://rancher/k8s/clusters/c-1), put before every request's path."""
+    return urlsplit(base).path.rstrip("/")
 
 
 def _prepared(api_client: client.ApiClient, content_type: str) -> tuple[str, dict[str, str]]:

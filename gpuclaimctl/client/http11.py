@@ -1,0 +1,255 @@
+"""The controller's requests over kept-alive HTTP/1.1 connections, without
+urllib3's and http.client's per-request machinery.
+
+A write is the controller's main cost: each pod takes three writes and an
+event. Through urllib3 (PoolManager, connection pool, http.client, headers
+parsed by the `email` package) one request cost about 520 us of CPU more
+than the exchange itself on the wire (/tmp/httpbench.py in the session's
+notes: 640 us vs 120 us per PATCH against the plane's API server). This
+module sends the request line and headers in one `sendall` and reads the
+answer with a buffered reader: status line, headers (only Content-Length,
+Transfer-Encoding and Connection are interpreted), body.
+
+Connections are still made by urllib3's connection pool for the API
+server's URL, so TLS is set up exactly as the official client configures
+it (CA, client certificate, server name, verification); a client with a
+proxy is not served here (`Http11.for_client` says None) and keeps the
+urllib3 path. Nothing is retried: an error closes the connection and is
+raised, as urllib3 with `retries=False` does; the controller's syncs retry
+with backoff, and every write it sends is safe to send again (creates
+answer AlreadyExists, updates carry a resourceVersion, the release patch
+tests what it read).
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+# A status line or header line longer than this is not the API server.
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+_NO_BODY_STATUS = (204, 304)
+
+
+class HttpError(OSError):
+    """The exchange failed (connection lost, timed out, or a malformed
+    answer); the connection is closed. An OSError, as urllib3's are
+    caught by the callers."""
+
+
+class Http11:
+    """Kept-alive connections to one API server, each used by one request at a time."""
+
+    def __init__(self, pool: Any, *, max_idle: int = 32) -> None:
+        """`pool`: urllib3's HTTPConnectionPool (or HTTPSConnectionPool)
+        for the server, which makes (and sets up TLS on) each connection."""
+        self._pool = pool
+        self._host = f"{pool.host}:{pool.port}" if pool.port else str(pool.host)
+        self._max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: list[_Conn] = []
+
+    @classmethod
+    def for_client(cls, api_client: Any, base: str) -> Http11 | None:
+        """An Http11 for the official client's server at URL `base`, or None
+        where it cannot serve (a proxy, no urllib3 pool manager)."""
+        configuration = getattr(api_client, "configuration", None)
+        if configuration is None or getattr(configuration, "proxy", None):
+            return None
+        manager = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+        if manager is None or not hasattr(manager, "connection_from_url"):
+            return None
+        pool = manager.connection_from_url(base)
+        if not hasattr(pool, "_new_conn"):
+            return None
+        return cls(pool, max_idle=int(getattr(getattr(pool, "pool", None), "maxsize", 0) or 32))
+
+    def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None,
+                timeout: float) -> tuple[int, bytes]:
+        """Send one request; return (status, body). `target`: path and query.
+        `timeout` bounds the whole exchange, connecting included."""
+        deadline = time.monotonic() + timeout
+        head = _head(method, target, self._host, headers, body)
+        conn = self._take(deadline)
+        try:
+            status, data, keep = conn.exchange(head, body, deadline)
+        except BaseException:
+            conn.close()
+            raise
+        if keep:
+            self._give(conn)
+        else:
+            conn.close()
+        return status, data
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _take(self, deadline: float) -> _Conn:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return _Conn.open(self._pool, deadline)
+            if conn.usable():
+                return conn
+            conn.close()  # the server closed it while it was idle
+
+    def _give(self, conn: _Conn) -> None:
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+
+def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    for name, value in headers.items():
+        value = str(value)
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise ValueError(f"header {name!r} has a line break")
+        lines.append(f"{name}: {value}")
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(body or b'')}")
+    if " " in target or "\r" in target or "\n" in target:
+        raise ValueError(f"request target {target[:80]!r} has a space or a line break")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class _Conn:
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn  # urllib3's connection: closes the socket (TLS included)
+        self.sock: socket.socket = conn.sock
+        self._file = self.sock.makefile("rb")
+
+    @classmethod
+    def open(cls, pool: Any, deadline: float) -> _Conn:
+        conn = pool._new_conn()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HttpError("timed out before connecting")
+        conn.timeout = left
+        try:
+            conn.connect()
+        except Exception as e:
+            conn.close()
+            raise HttpError(f"connecting to {pool.host}:{pool.port}: {e}") from e
+        return cls(conn)
+
+    def usable(self) -> bool:
+        """False if the server closed the connection (or sent something
+        unasked) while it was idle, as urllib3 checks before reuse."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
+    def exchange(self, head: bytes, body: bytes | None, deadline: float) -> tuple[int, bytes, bool]:
+        try:
+            self._timeout(deadline)
+            self.sock.sendall(head + body if body else head)
+            status, fields = self._read_head(deadline)
+            while 100 <= status < 200:  # an interim answer: the real one follows
+                status, fields = self._read_head(deadline)
+            data = self._read_body(status, fields, deadline)
+        except (OSError, ValueError) as e:
+            if isinstance(e, HttpError):
+                raise
+            raise HttpError(f"HTTP exchange failed: {e}") from e
+        keep = fields.get("connection", "").lower() != "close" and "_eof" not in fields
+        return status, data, keep
+
+    def _timeout(self, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HttpError("timed out")
+        self.sock.settimeout(left)
+
+    def _line(self, deadline: float) -> bytes:
+        self._timeout(deadline)
+        line: bytes = self._file.readline(_MAX_LINE + 1)
+        if not line:
+            raise HttpError("the server closed the connection")
+        if len(line) > _MAX_LINE or not line.endswith(b"\n"):
+            raise HttpError("an answer line too long or cut off")
+        return line
+
+    def _read_head(self, deadline: float) -> tuple[int, dict[str, str]]:
+        parts = self._line(deadline).split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise HttpError(f"not an HTTP/1.1 status line: {parts[:2]!r}")
+        status = int(parts[1])
+        fields: dict[str, str] = {}
+        for _ in range(_MAX_HEADERS):
+            line = self._line(deadline)
+            if line in (b"\r\n", b"\n"):
+                return status, fields
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise HttpError("a header line without a colon")
+            key = name.strip().lower().decode("latin-1")
+            if key in ("content-length", "transfer-encoding", "connection"):
+                fields[key] = value.strip().decode("latin-1")
+        raise HttpError("too many header lines")
+
+    def _read_body(self, status: int, fields: dict[str, str], deadline: float) -> bytes:
+        if status in _NO_BODY_STATUS:
+            return b""
+        if "chunked" in fields.get("transfer-encoding", "").lower():
+            return self._read_chunked(deadline)
+        length = fields.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise HttpError(f"bad Content-Length {length[:20]!r}")
+            return self._read_exactly(int(length), deadline)
+        # Neither: the body runs to the end of the connection.
+        fields["_eof"] = "1"
+        out: list[bytes] = []
+        while True:
+            self._timeout(deadline)
+            piece = self._file.read1(1 << 16)
+            if not piece:
+                return b"".join(out)
+            out.append(piece)
+
+    def _read_exactly(self, n: int, deadline: float) -> bytes:
+        out: list[bytes] = []
+        while n > 0:
+            self._timeout(deadline)
+            piece = self._file.read1(n)
+            if not piece:
+                raise HttpError("the server closed the connection in the middle of the body")
+            out.append(piece)
+            n -= len(piece)
+        return b"".join(out)
+
+    def _read_chunked(self, deadline: float) -> bytes:
+        out: list[bytes] = []
+        while True:
+            size_field = self._line(deadline).split(b";", 1)[0].strip()
+            try:
+                size = int(size_field, 16)
+            except ValueError:
+                raise HttpError(f"bad chunk size {size_field[:20]!r}") from None
+            if size == 0:
+                while self._line(deadline) not in (b"\r\n", b"\n"):  # trailers
+                    pass
+                return b"".join(out)
+            out.append(self._read_exactly(size, deadline))
+            if self._line(deadline) not in (b"\r\n", b"\n"):
+                raise HttpError("a chunk not followed by its line end")
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            self._conn.close()

@@ -1,0 +1,209 @@
+"""client.http11: the controller's requests over kept-alive HTTP/1.1
+connections, against a scripted server on loopback (a real socket; the
+real-plane tests send every write of the controller through it over TLS)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import urllib3
+from kubernetes import client
+
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import ApiError
+from gpuclaimctl.client.http11 import Http11, HttpError
+
+# What the server does with one request on a connection: returns the bytes
+# to answer, or None to close the connection without answering.
+Answer = Callable[[bytes], "bytes | None"]
+
+
+class Server:
+    """Accepts connections; answers each request by the next scripted answer
+    (the last one repeats). Counts connections and keeps the requests."""
+
+    def __init__(self, *answers: Answer) -> None:
+        self.answers = list(answers)
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.hang_up_after_answer = False  # close the connection without saying so
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        f = conn.makefile("rb")
+        with conn:
+            while True:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    line = f.readline()
+                    if not line:
+                        return
+                    head += line
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                request = head + (f.read(length) if length else b"")
+                self.requests.append(request)
+                answer = (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0])(request)
+                if answer is None:
+                    return
+                conn.sendall(answer)
+                if b"Connection: close" in answer.split(b"\r\n\r\n")[0] or self.hang_up_after_answer:
+                    return
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+def ok(body: bytes, extra: str = "") -> Answer:
+    return lambda _r: (f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body)
+
+
+def chunked(*pieces: bytes) -> Answer:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    return lambda _r: b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., tuple[Server, Http11]]]:
+    made: list[tuple[Server, Http11]] = []
+
+    def make(*answers: Answer) -> tuple[Server, Http11]:
+        server = Server(*answers)
+        pool = urllib3.PoolManager().connection_from_url(f"http://127.0.0.1:{server.port}")
+        made.append((server, Http11(pool)))
+        return made[-1]
+
+    yield make
+    for server, transport in made:
+        transport.close()
+        server.close()
+
+
+def test_answers_with_a_length_or_in_chunks_come_back_whole_over_one_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(ok(b'{"a":1}'), chunked(b'{"b":', b"2}"), ok(b""))
+    assert http.request("GET", "/x", {"Accept": "application/json"}, None, 5) == (200, b'{"a":1}')
+    assert http.request("POST", "/y?z=1", {}, b'{"c":3}', 5) == (201, b'{"b":2}')
+    assert http.request("PATCH", "/y", {}, b"[]", 5) == (200, b"")
+    assert server.connections == 1  # kept alive
+    first, second, _ = server.requests
+    assert first.startswith(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1:") and b"Accept: application/json" in first
+    assert second.startswith(b"POST /y?z=1 HTTP/1.1\r\n") and second.endswith(b'Content-Length: 7\r\n\r\n{"c":3}')
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(ok(b"1", "Connection: keep-alive\r\n"))
+    assert http.request("GET", "/", {}, None, 5) == (200, b"1")
+    server.answers = [ok(b"2", "Connection: close\r\n")]
+    assert http.request("GET", "/", {}, None, 5) == (200, b"2")  # then closed by both
+    server.answers = [ok(b"3")]
+    assert http.request("GET", "/", {}, None, 5) == (200, b"3")
+    assert server.connections == 2
+
+
+def test_an_idle_connection_closed_by_the_server_is_replaced(serve) -> None:  # type: ignore[no-untyped-def]
+    """As an idle timeout closes it: the next request notices (the socket
+    is readable at EOF) and opens a new connection instead of failing."""
+    server, http = serve(ok(b"1"))
+    server.hang_up_after_answer = True
+    assert http.request("GET", "/", {}, None, 5) == (200, b"1")
+    assert len(http._idle) == 1  # the answer did not say it would close
+    time.sleep(0.1)  # the FIN arrives
+    server.hang_up_after_answer = False
+    assert http.request("GET", "/", {}, None, 5) == (200, b"1")
+    assert server.connections == 2
+
+
+def test_no_answer_in_time_is_an_error_and_the_connection_is_dropped(serve) -> None:  # type: ignore[no-untyped-def]
+    def silent(_r: bytes) -> bytes | None:
+        time.sleep(2)
+        return None
+
+    server, http = serve(silent)
+    started = time.monotonic()
+    with pytest.raises(HttpError):
+        http.request("POST", "/", {}, b"{}", 0.3)
+    assert time.monotonic() - started < 1.5
+    assert http._idle == []
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # cut short
+    b"garbage\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+])
+def test_a_malformed_or_cut_answer_is_an_error(serve, answer: bytes) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(lambda _r: answer)
+    with pytest.raises(HttpError):
+        http.request("GET", "/", {}, None, 1)
+    assert http._idle == []
+
+
+def test_an_answer_with_no_length_runs_to_the_end_of_the_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(lambda _r: b"HTTP/1.1 200 OK\r\n\r\nall of it")
+    server.hang_up_after_answer = True
+    assert http.request("GET", "/", {}, None, 5) == (200, b"all of it")
+    assert http._idle == []
+
+
+def test_204_and_interim_answers(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(lambda _r: b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+    assert http.request("DELETE", "/", {}, None, 5) == (204, b"")
+    assert http.request("DELETE", "/", {}, None, 5) == (204, b"")
+    assert server.connections == 1
+
+
+def test_a_header_or_target_with_a_line_break_is_refused_before_sending(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(ok(b""))
+    with pytest.raises(ValueError):
+        http.request("GET", "/", {"Authorization": "Bearer x\r\nX-Evil: 1"}, None, 5)
+    with pytest.raises(ValueError):
+        http.request("GET", "/a b", {}, None, 5)
+    assert server.requests == []
+
+
+def test_kube_request_goes_through_it_with_the_servers_path_prefix() -> None:
+    """A real kubernetes ApiClient: kube.request uses the lean transport for
+    it, keeps the URL's path (a proxy's prefix), and still maps answers to
+    ApiError."""
+    server = Server(ok(b'{"kind":"Pod"}'), lambda _r: (
+        b'HTTP/1.1 409 Conflict\r\nContent-Length: 62\r\n\r\n'
+        b'{"kind":"Status","reason":"Conflict","message":"it moved on!"}'))
+    try:
+        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.port}/k8s/c-1"))
+        assert kube.request_json(api, "GET", "/api/v1/pods", query=[("labelSelector", "a b")]) == {"kind": "Pod"}
+        with pytest.raises(ApiError) as e:
+            kube.request(api, "PUT", "/api/v1/x", body={"a": 1})
+        assert e.value.status == 409
+        assert server.requests[0].startswith(b"GET /k8s/c-1/api/v1/pods?labelSelector=a%20b HTTP/1.1")
+        assert server.connections == 1
+        assert kube._transport(api, f"http://127.0.0.1:{server.port}/k8s/c-1") is not None
+    finally:
+        server.close()
+
+
+def test_a_client_with_a_proxy_keeps_urllib3() -> None:
+    configuration = client.Configuration(host="https://10.0.0.1:6443")
+    configuration.proxy = "http://proxy:3128"
+    assert Http11.for_client(client.ApiClient(configuration), "https://10.0.0.1:6443") is None
