@@ -186,6 +186,36 @@ def test_a_refused_bare_pod_is_never_deleted_and_lets_go_of_its_claims() -> None
     assert any(e.reason == "NodeRefused" for e in s.fake.events)
 
 
+def test_a_refusal_is_acted_on_only_once_it_has_lasted() -> None:
+    """kube-scheduler refuses a pinned pod while its cache has not seen the
+    node yet (just added), then binds it there: a refusal younger than
+    REFUSAL_SETTLE is looked at again later, not acted on. (Acting at once
+    dropped a bare pod's reservations although it then ran on the node.)"""
+    from gpuclaimctl.model.snapshot import format_time
+    from gpuclaimctl.sync.pods import REFUSAL_SETTLE
+
+    s = Story(nodes=(4,))
+    s.pod("bare", [{"name": "g", "className": "alpha", "count": 2}], owned=False)
+    s.see_all()
+    for _ in range(2):
+        s.sync("pod:team/bare")
+        s.see_all()
+    assert not s.gated("bare")
+    s.fake.mark_unschedulable(NS, "bare", "0/1 nodes are available", since=format_time(s.now()))
+    s.see_all()
+    s.t += 1.0
+    s.sync("pod:team/bare")
+    claim = s.fake.get(CLAIMS, NS, "bare-g")
+    assert claim is not None and claim["status"].get("reservedFor")  # kept
+    assert "pod:team/bare" in s.ctl.queue.delayed  # looked at again later
+    assert not any(e.reason == "NodeRefused" for e in s.fake.events)
+    s.t += REFUSAL_SETTLE
+    s.sync("pod:team/bare")
+    claim = s.fake.get(CLAIMS, NS, "bare-g")
+    assert claim is not None and not claim["status"].get("reservedFor")  # it lasted: let go
+    assert any(e.reason == "NodeRefused" for e in s.fake.events)
+
+
 def test_a_refused_owned_pod_is_deleted_and_its_node_rejected_after_the_delete() -> None:
     """Item 6: the rejection is written only once the delete succeeded."""
     s = Story(nodes=(4, 4))

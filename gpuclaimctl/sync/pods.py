@@ -321,6 +321,16 @@ def _pod_ref(pod: Obj) -> Obj:
 # -- refused pods ----------------------------------------------------------------------------
 
 
+# A refusal younger than this may be kube-scheduler's cache lagging behind
+# the node (one just added, or its allocatable just raised): the scheduler
+# tries the pod again when the node reaches its cache and binds it there. Acting
+# on such a refusal dropped a bare pod's reservations although the pod then
+# ran on the node (its GPUs counted free: the live `simulate` test caught it
+# in CI), and would delete a replica for nothing. Only a refusal that lasted
+# this long is acted on.
+REFUSAL_SETTLE = 5.0
+
+
 def _check_refused(ctx: SyncContext, pod: Obj) -> None:
     """A pod we pinned that the scheduler reports Unschedulable on a healthy
     node that still holds its whole set. One with a controller owner is
@@ -359,6 +369,14 @@ def _check_refused(ctx: SyncContext, pod: Obj) -> None:
                 or ref not in (st.get("reservedFor") or ()):
             return  # the set is not whole on that node: nothing to reject
         held.append(c)
+    since = parse_time(cond.get("lastTransitionTime"))
+    if since is not None:
+        left = REFUSAL_SETTLE - (ctx.now() - since).total_seconds()
+        if left > 0:
+            # Looked at again once the refusal has lasted (capped: the
+            # scheduler's clock may run ahead of ours).
+            ctx.enqueue_after(POD + keys.key_of(pod), min(left, REFUSAL_SETTLE))
+            return
     message = cond.get("message") or "the scheduler refused the pod"
     if controller_ref(pod) is None:
         _release_bare_pod(ctx, pod, held, node_name, message)

@@ -373,10 +373,14 @@ class FakeApi:
         self._set_pod_condition(pod, "True", "", "")
         return self._write(PODS, pod, "MODIFIED")
 
-    def mark_unschedulable(self, namespace: str, name: str, message: str) -> Obj:
-        """kube-scheduler could not place the pod: PodScheduled False/Unschedulable."""
+    def mark_unschedulable(self, namespace: str, name: str, message: str, since: str = "") -> Obj:
+        """kube-scheduler could not place the pod: PodScheduled False/Unschedulable
+        (`since`: the condition's lastTransitionTime, none by default)."""
         pod = self._get_or_404(PODS, namespace, name)
         self._set_pod_condition(pod, "False", "Unschedulable", message)
+        if since:
+            next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")[
+                "lastTransitionTime"] = since
         pod["status"].setdefault("phase", "Pending")
         return self._write(PODS, pod, "MODIFIED")
 
