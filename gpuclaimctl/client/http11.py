@@ -160,12 +160,12 @@ class _Conn:
             status, fields = self._read_head(deadline)
             while 100 <= status < 200:  # an interim answer: the real one follows
                 status, fields = self._read_head(deadline)
-            data = self._read_body(status, fields, deadline)
+            data, to_eof = self._read_body(status, fields, deadline)
         except (OSError, ValueError) as e:
             if isinstance(e, HttpError):
                 raise
             raise HttpError(f"HTTP exchange failed: {e}") from e
-        keep = fields.get("connection", "").lower() != "close" and "_eof" not in fields
+        keep = not to_eof and fields.get("connection", "").lower() != "close"
         return status, data, keep
 
     def _timeout(self, deadline: float) -> None:
@@ -201,24 +201,24 @@ class _Conn:
                 fields[key] = value.strip().decode("latin-1")
         raise HttpError("too many header lines")
 
-    def _read_body(self, status: int, fields: dict[str, str], deadline: float) -> bytes:
+    def _read_body(self, status: int, fields: dict[str, str], deadline: float) -> tuple[bytes, bool]:
+        """The body, and whether it ran to the end of the connection."""
         if status in _NO_BODY_STATUS:
-            return b""
+            return b"", False
         if "chunked" in fields.get("transfer-encoding", "").lower():
-            return self._read_chunked(deadline)
+            return self._read_chunked(deadline), False
         length = fields.get("content-length")
         if length is not None:
             if not length.isdigit():
                 raise HttpError(f"bad Content-Length {length[:20]!r}")
-            return self._read_exactly(int(length), deadline)
+            return self._read_exactly(int(length), deadline), False
         # Neither: the body runs to the end of the connection.
-        fields["_eof"] = "1"
         out: list[bytes] = []
         while True:
             self._timeout(deadline)
             piece = self._file.read1(1 << 16)
             if not piece:
-                return b"".join(out)
+                return b"".join(out), True
             out.append(piece)
 
     def _read_exactly(self, n: int, deadline: float) -> bytes:
