@@ -12,6 +12,7 @@ import pytest
 
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api
+from gpuclaimctl.sync.pods import REFUSAL_SETTLE
 from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, _Part, lost_answer
 from tests.sim.harness import NS, RESOURCE, Sim
 
@@ -167,6 +168,13 @@ def test_a_bind_whose_answer_was_lost_counts_until_its_fate_is_known(landed: boo
     assert s.bound_on("n0") == 4
 
 
+def settle_refusal(s: Story, key: str) -> None:
+    """Sync a refused pod once (the refusal is seen), and again once it lasted."""
+    s.sync(key)
+    s.t += REFUSAL_SETTLE
+    s.sync(key)
+
+
 def test_a_refused_bare_pod_is_never_deleted_and_lets_go_of_its_claims() -> None:
     """Item 6."""
     s = Story(nodes=(4,))
@@ -179,7 +187,7 @@ def test_a_refused_bare_pod_is_never_deleted_and_lets_go_of_its_claims() -> None
     assert not s.gated("bare")
     s.fake.mark_unschedulable(NS, "bare", "0/1 nodes are available")
     s.see_all()
-    s.sync("pod:team/bare")
+    settle_refusal(s, "pod:team/bare")
     assert s.fake.get(PODS, NS, "bare") is not None
     claim = s.fake.get(CLAIMS, NS, "bare-g")
     assert claim is not None and not claim["status"].get("reservedFor")
@@ -192,7 +200,6 @@ def test_a_refusal_is_acted_on_only_once_it_has_lasted() -> None:
     REFUSAL_SETTLE is looked at again later, not acted on. (Acting at once
     dropped a bare pod's reservations although it then ran on the node.)"""
     from gpuclaimctl.model.snapshot import format_time
-    from gpuclaimctl.sync.pods import REFUSAL_SETTLE
 
     s = Story(nodes=(4,))
     s.pod("bare", [{"name": "g", "className": "alpha", "count": 2}], owned=False)
@@ -216,6 +223,39 @@ def test_a_refusal_is_acted_on_only_once_it_has_lasted() -> None:
     assert any(e.reason == "NodeRefused" for e in s.fake.events)
 
 
+def test_a_refusal_that_kept_the_gated_transition_time_still_waits_from_when_it_was_seen() -> None:
+    """kube-scheduler keeps PodScheduled's lastTransitionTime when only the
+    reason changes (SchedulingGated -> Unschedulable, both False): a pod that
+    waited gated for minutes carries an old time on its first refusal. The
+    refusal's age counts from when the controller first saw it. (Acting at
+    once let a bare pod's GPUs go although kube-scheduler, a moment behind
+    on a new node, then bound it there: the live `simulate` test in CI.)"""
+    from gpuclaimctl.model.snapshot import format_time
+
+    s = Story(nodes=(4,))
+    s.pod("bare", [{"name": "g", "className": "alpha", "count": 2}], owned=False)
+    gated_since = format_time(s.now())
+    s.t += 600.0  # gated for ten minutes
+    s.see_all()
+    for _ in range(2):
+        s.sync("pod:team/bare")
+        s.see_all()
+    assert not s.gated("bare")
+    s.fake.mark_unschedulable(NS, "bare", "0/1 nodes are available", since=gated_since)
+    s.see_all()
+    s.sync("pod:team/bare")
+    s.t += REFUSAL_SETTLE - 1.0
+    s.sync("pod:team/bare")
+    claim = s.fake.get(CLAIMS, NS, "bare-g")
+    assert claim is not None and claim["status"].get("reservedFor")  # kept
+    assert not any(e.reason == "NodeRefused" for e in s.fake.events)
+    s.t += 1.0
+    s.sync("pod:team/bare")
+    claim = s.fake.get(CLAIMS, NS, "bare-g")
+    assert claim is not None and not claim["status"].get("reservedFor")  # it lasted: let go
+    assert any(e.reason == "NodeRefused" for e in s.fake.events)
+
+
 def test_a_refused_owned_pod_is_deleted_and_its_node_rejected_after_the_delete() -> None:
     """Item 6: the rejection is written only once the delete succeeded."""
     s = Story(nodes=(4, 4))
@@ -226,6 +266,9 @@ def test_a_refused_owned_pod_is_deleted_and_its_node_rejected_after_the_delete()
         s.see_all()
     s.fake.mark_unschedulable(NS, "web", "0/2 nodes are available")
     s.see_all()
+    s.sync("pod:team/web")
+    assert s.fake.get(PODS, NS, "web") is not None, "deleted before the refusal lasted"
+    s.t += REFUSAL_SETTLE
     order: list[str] = []
     orig_delete = s.fake.delete_pod
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from cachetools import LRUCache, TTLCache
 
@@ -37,6 +38,11 @@ class Memories:
     # come; releasing again would only be refused).
     released: LockedCache[str, bool] = field(
         default_factory=lambda: LockedCache(LRUCache(DELETED_PODS_REMEMBERED)))
+    # When this process first saw kube-scheduler refuse each pod (uid) it
+    # released: the condition's lastTransitionTime cannot tell, as it is
+    # kept from SchedulingGated (both False) when the pod waited gated.
+    refusals_seen: LockedCache[str, datetime] = field(
+        default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # The last waiting reason each pod was warned of (one Warning event per change).
     last_warning: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # What each pod waiting with reason Capacity needs on one node (resource

@@ -369,14 +369,19 @@ def _check_refused(ctx: SyncContext, pod: Obj) -> None:
                 or ref not in (st.get("reservedFor") or ()):
             return  # the set is not whole on that node: nothing to reject
         held.append(c)
+    # The refusal's age: from when this process first saw it, or from the
+    # condition's lastTransitionTime if later. That time alone would not do:
+    # it stays from SchedulingGated (False too) when only the reason changes,
+    # so a pod that waited gated would be refused "long ago" at once.
+    now = ctx.now()
+    seen = ctx.memories.refusals_seen.update(meta["uid"], lambda first: first or now)
     since = parse_time(cond.get("lastTransitionTime"))
-    if since is not None:
-        left = REFUSAL_SETTLE - (ctx.now() - since).total_seconds()
-        if left > 0:
-            # Looked at again once the refusal has lasted (capped: the
-            # scheduler's clock may run ahead of ours).
-            ctx.enqueue_after(POD + keys.key_of(pod), min(left, REFUSAL_SETTLE))
-            return
+    left = REFUSAL_SETTLE - (now - (seen if since is None else max(seen, since))).total_seconds()
+    if left > 0:
+        # Looked at again once the refusal has lasted (capped: the
+        # scheduler's clock may run ahead of ours).
+        ctx.enqueue_after(POD + keys.key_of(pod), min(left, REFUSAL_SETTLE))
+        return
     message = cond.get("message") or "the scheduler refused the pod"
     if controller_ref(pod) is None:
         _release_bare_pod(ctx, pod, held, node_name, message)
