@@ -264,6 +264,10 @@ class Subject:
     def retries(self) -> float | None:
         return None
 
+    def syncs(self) -> dict[str, float]:
+        """Syncs done so far, by key kind (the controller's metric; {} for others)."""
+        return {}
+
     def tail(self, lines: int = 15) -> str:
         if self.log is None or not self.log.exists():
             return ""
@@ -368,6 +372,16 @@ class ControllerProcess(ChildProcess):
 
     def retries(self) -> float | None:
         return self.sample("workqueue_retries_total", {"name": "gpuclaimctl"})
+
+    def syncs(self) -> dict[str, float]:
+        text = self._get(self.metrics_port, "/metrics") if self.alive() else None
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text or ""):
+            for s in family.samples:
+                if s.name == "gpuclaimctl_sync_duration_seconds_count":
+                    kind = s.labels.get("kind", "")
+                    out[kind] = out.get(kind, 0.0) + s.value
+        return out
 
 
 class BaselineProcess(ChildProcess):
@@ -568,6 +582,7 @@ class Result:
     retries: float | None
     components: dict[str, float]
     wall: float
+    syncs: dict[str, float]  # the subject's syncs by key kind (controller only)
     machine_busy: float
     load: tuple[float, float, float]
     notes: tuple[str, ...] = ()
@@ -643,6 +658,8 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
     create_seconds = cpu = all_delta = settle = idle_cores = 0.0
     requests: list[Request] = []
     retries: float | None = None
+    syncs0: dict[str, float] = {}
+    syncs: dict[str, float] = {}
     comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
     t0, t0_wall = time.monotonic(), time.time()
     try:
@@ -660,6 +677,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
                   for i, c in enumerate(bench.counts)]
         say(f"{label}: creating {n} {'gated' if gated else 'plain'} pods in {namespace}")
         cpu0 = process_cpu(pid) if pid else 0.0
+        syncs0 = subject.syncs() if subject is not None else {}
         comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
         t0, t0_wall = time.monotonic(), time.time()
         returned = create_pods(admin, bodies, args.creators)
@@ -686,6 +704,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
         if subject is not None:
             requests = bench.audit.between(subject.agent, t0_wall, time.time())
             retries = subject.retries()
+            syncs = {k: v - syncs0.get(k, 0.0) for k, v in subject.syncs().items()}
     except Exception as e:
         notes.append(f"failed: {type(e).__name__}: {e}")
         say(f"{label} failed: {type(e).__name__}: {e}")
@@ -713,7 +732,7 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
         bound_seconds, steady_release, steady_bound, release_lat, bound_lat, cpu, idle_cores,
         by_verb(requests),
         _codes(r.code for r in requests if r.code >= 400), all_delta, retries, comps, end_wall - t0_wall,
-        (busy - machine0[0]) / max(1, total - machine0[1]), load(), tuple(notes))
+        syncs, (busy - machine0[0]) / max(1, total - machine0[1]), load(), tuple(notes))
     say(f"{label}: {len(released)} released, {len(bound)} bound; cleaning up")
     if not clean(admin, namespace):
         say(f"{label}: namespace {namespace} was not gone within 180s")
@@ -998,6 +1017,7 @@ def combined(name: str, runs: list[Result]) -> Result:
         sum(r.idle_cores * r.wall for r in runs) / max(wall, 1e-9), dict(requests),
         _codes(c for r in runs for c, n in r.refused.items() for _ in range(n)),
         sum(r.all_requests for r in runs), None, {}, wall,
+        {k: sum(r.syncs.get(k, 0.0) for r in runs) for k in {k for r in runs for k in r.syncs}},
         sum(r.machine_busy * r.wall for r in runs) / max(wall, 1e-9), runs[-1].load)
 
 
@@ -1066,6 +1086,12 @@ def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult
             for r in subjects))
         print(f"  {'every client (request_total)':<34}"
               + "".join(f"{r.all_requests / r.pods:>15.2f}" for r in subjects))
+        sync_kinds = sorted({k for r in subjects for k in r.syncs})
+        if sync_kinds:
+            print("Syncs per pod of the subject, by key kind (its gpuclaimctl_sync_duration_seconds_count):")
+            for k in sync_kinds:
+                print(f"  {k[:34]:<34}" + "".join(
+                    f"{r.syncs[k] / r.pods:>15.2f}" if k in r.syncs else f"{'-':>15}" for r in subjects))
     print()
     print("CPU seconds during each scenario, by process:")
     labels = [r.scenario[:14] for r in results]
