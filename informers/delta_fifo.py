@@ -164,18 +164,13 @@ class DeltaFIFO:
 
     # -- the consumer (the informer) ------------------------------------
 
-    def pop_batch(
-        self, process: Callable[[list[Delta]], None], max_items: int = 512, *, block: bool = True
-    ) -> bool:
+    def pop_batch(self, process: Callable[[list[Delta]], None], max_items: int = 512) -> None:
         """Wait for deltas, take up to ``max_items`` and run ``process`` on them
-        under the queue's lock. Raises ``FIFOClosedError`` once closed. With
-        ``block=False`` an empty queue returns False at once instead of waiting."""
+        under the queue's lock. Raises ``FIFOClosedError`` once closed."""
         with self._cond:
             while not self._queue:
                 if self._closed:
                     raise FIFOClosedError()
-                if not block:
-                    return False
                 self._cond.wait()
             if self._closed:
                 raise FIFOClosedError()
@@ -204,7 +199,6 @@ class DeltaFIFO:
         if initial and self._initial_left == 0:
             # Outside the lock: the callback may wake threads that read us.
             self._on_synced()
-        return True
 
     def close(self) -> None:
         with self._cond:

@@ -3,9 +3,7 @@
 Each handler has its own thread and its own unbounded buffer: the informer
 only appends to buffers, so a slow handler delays neither the watch nor the
 other handlers, and each handler sees every notification in order, none
-skipped. A handler that never waits may instead run inline, on the
-informer's applying thread (``InlineListener``), which saves a thread
-hand-off per event. A handler that raises is logged and counted; its next notification
+skipped. A handler that raises is logged and counted; its next notification
 is delivered as usual.
 
 A handler is synced once the informer is and every "initial" add it was
@@ -144,6 +142,7 @@ class Listener:
         return len(self._buffer)
 
     def _run(self) -> None:
+        handler = self.handler
         while True:
             with self._cond:
                 self._busy = False
@@ -154,71 +153,34 @@ class Listener:
                 batch = self._buffer
                 self._buffer = deque()
                 self._busy = True
-            self._deliver(batch)
-
-    def _deliver(self, batch: deque[Notification]) -> None:
-        handler = self.handler
-        initial_seen = False
-        old: KubeObject | None
-        new: KubeObject | DeletedFinalStateUnknown | None
-        # popleft: a handled notification (and the objects it holds)
-        # is let go at once, not when the next batch arrives.
-        while batch:
-            kind, old, new, initial, _sync = batch.popleft()
-            if self._stopped:
-                return
-            try:
-                if kind == ADD:
-                    handler.on_add(new, initial)  # type: ignore[arg-type]
-                elif kind == UPDATE:
-                    handler.on_update(old, new)  # type: ignore[arg-type]
-                else:
-                    handler.on_delete(new)
-            except Exception as e:
-                self.errors += 1
-                log.exception("informer handler %s failed; delivery continues", self.name)
-                self._on_error(self, e)
-            self.delivered += 1
-            if initial:
-                self._initial_done += 1
-                initial_seen = True
-        old = new = None
-        if initial_seen:
-            # Lets waiters on has_synced re-check without polling.
-            self._on_initial_done()
-
-
-class InlineListener(Listener):
-    """A handler run on the thread that hands it notifications (the
-    informer's applier: its reflector), with no buffer and no thread.
-
-    For handlers that never wait and return quickly, as a controller's
-    (update a cache, add keys to a work queue): handing each watch event to
-    a thread of its own costs CPython a lock release, a wake and the GIL
-    changing hands, tens of microseconds of CPU per event. The price: while
-    such a handler runs, this informer's watch is not read, and a handler
-    added late handles the cache's content on the thread that adds it.
-    Notifications still arrive one at a time, in order, and a handler that
-    raises is logged and counted as a threaded one is.
-    """
-
-    def start(self) -> None:
-        pass
-
-    def join(self, timeout: float | None = None) -> None:
-        pass
-
-    def add(self, notes: list[Notification]) -> None:
-        with self._cond:
-            if self._stopped:
-                return
-            self._initial_given += sum(n[3] for n in notes)
-            self._busy = True
-        try:
-            self._deliver(deque(notes))
-        finally:
-            with self._cond:
-                self._busy = False
+            initial_seen = False
+            old: KubeObject | None
+            new: KubeObject | DeletedFinalStateUnknown | None
+            # popleft: a handled notification (and the objects it holds)
+            # is let go at once, not when the next batch arrives.
+            while batch:
+                kind, old, new, initial, _sync = batch.popleft()
+                if self._stopped:
+                    return
+                try:
+                    if kind == ADD:
+                        handler.on_add(new, initial)  # type: ignore[arg-type]
+                    elif kind == UPDATE:
+                        handler.on_update(old, new)  # type: ignore[arg-type]
+                    else:
+                        handler.on_delete(new)
+                except Exception as e:
+                    self.errors += 1
+                    log.exception("informer handler %s failed; delivery continues", self.name)
+                    self._on_error(self, e)
+                self.delivered += 1
+                if initial:
+                    self._initial_done += 1
+                    initial_seen = True
+            old = new = None
+            if initial_seen:
+                # Lets waiters on has_synced re-check without polling.
+                self._on_initial_done()
 
 
 class Processor:

@@ -317,13 +317,11 @@ class Reflector:
                 log.info("%s: WatchList stream ended before its initial events did; asking again", self.name)
                 continue
             break
-        # Bookkeeping first: the store applies the list before replace
-        # returns, and whoever waits for the sync may read it at once.
+        self._store.replace(list(objects.values()))
         self._last_sync_rv = end_rv
         self._last_rv_unavailable = False
         self.stats.watch_lists += 1
         self.stats.last_list_items = len(objects)
-        self._store.replace(list(objects.values()))
         return _OpenWatch(stream, events, started, received)
 
     def _initial_events(
@@ -408,11 +406,10 @@ class Reflector:
         self._last_rv_unavailable = False
         if self._stopper.stopped:
             raise _Stopped()
-        # Before replace, as in _watch_list_and_replace.
+        self._store.replace(items)
         self._last_sync_rv = list_rv
         self.stats.lists += 1
         self.stats.last_list_items = len(items)
-        self._store.replace(items)
 
     def _list_all(self, rv: str) -> tuple[list[KubeObject], str, bool]:
         # client-go: pages for "0" and "", none for an exact relist version
@@ -490,32 +487,26 @@ class Reflector:
         store = self._store
         transform = self._transform
         try:
-            apply: Callable[[KubeObject], None] | None
             for etype, obj in opened.events:
                 if etype == BOOKMARK:
                     self.stats.bookmarks += 1
-                    apply = None
                 elif etype == ERROR:
                     raise ApiStatusError.from_status(obj)
                 else:
                     if transform is not None:
                         obj = transform(obj)
                     if etype == ADDED:
-                        apply = store.add
+                        store.add(obj)
                     elif etype == MODIFIED:
-                        apply = store.update
+                        store.update(obj)
                     elif etype == DELETED:
-                        apply = store.delete
+                        store.delete(obj)
                     else:
                         log.warning("%s: unknown watch event type %r", self.name, etype)
                         continue
                     self.stats.events += 1
                 events += 1
-                # Before applying: the store applies at once, and whoever
-                # sees the change in the cache may read these.
                 self._last_sync_rv = obj["metadata"]["resourceVersion"]
-                if apply is not None:
-                    apply(obj)
         finally:
             self._close_watch(stream)
         if self._stopper.stopped:

@@ -1,29 +1,18 @@
 """An informer: one reflector fills one indexed cache and feeds many handlers.
 
-client-go's sharedIndexInformer. Threads, started by ``start`` (never at
-import or construction):
+client-go's sharedIndexInformer. Three kinds of threads, started by
+``start`` (never at import or construction):
 
 - the reflector lists and watches, transforms each object and queues a
-  delta (``reflector``, ``delta_fifo``), then applies what is queued: pops
-  deltas in order, applies them to the store and hands the resulting
-  notifications to the processor; an update whose resourceVersion did not
-  change (a relist or a resync) reaches only the handlers whose resync is
-  due, as in client-go;
-- each handler runs on its own thread from its own buffer (``processor``),
-  or, if it asked to, on the applying thread (``processor.InlineListener``).
+  delta (``reflector``, ``delta_fifo``);
+- the controller pops deltas in order, applies them to the store and hands
+  the resulting notifications to the processor; an update whose
+  resourceVersion did not change (a relist or a resync) reaches only the
+  handlers whose resync is due, as in client-go;
+- each handler runs on its own thread from its own buffer (``processor``).
 
-A third thread wakes when some handler's resync is due, queues a sync of
-every cached object and applies it the same way; resyncs replay the cache,
-they never ask the API.
-
-client-go pops on a goroutine of its own (the controller's processLoop).
-Here the thread that queued applies: applying only writes the store and
-appends to the handlers' buffers, never waits, and a hand-off between two
-threads costs CPython tens of microseconds of CPU (a lock release, a wake,
-the GIL changing hands) for every watch event, a tenth of the controller's
-CPU. The DeltaFIFO stays, for what it guarantees: the relist's tombstones,
-resyncs that never overtake a queued change, one applier at a time (the
-queue's lock is held while a batch is applied), in the order queued.
+A fourth thread wakes when some handler's resync is due and queues a sync
+of every cached object; resyncs replay the cache, they never ask the API.
 
 Everything handed out — store objects, handler arguments — is the cache's
 own object: read-only.
@@ -48,7 +37,6 @@ from informers.processor import (
     UPDATE,
     EventHandler,
     HandlerErrorCallback,
-    InlineListener,
     Listener,
     Notification,
     Processor,
@@ -128,7 +116,7 @@ class SharedInformer:
         self._fifo = DeltaFIFO(self._indexer, on_synced=self._poke_waiters)
         self.reflector = Reflector(
             lw,
-            _ApplyingStore(self._fifo, self._drain),
+            self._fifo,
             name=name,
             page_size=page_size,
             initial_resource_version=initial_resource_version,
@@ -189,20 +177,13 @@ class SharedInformer:
     # -- handlers ------------------------------------------------------
 
     def add_event_handler(
-        self,
-        handler: EventHandler,
-        *,
-        resync_period: float | None = None,
-        name: str | None = None,
-        inline: bool = False,
+        self, handler: EventHandler, *, resync_period: float | None = None, name: str | None = None
     ) -> HandlerRegistration:
         """Register a handler; it gets every object already cached as an initial add.
 
         ``resync_period`` > 0 replays the whole cache to this handler as
         updates (old is new) that often; 0 never does; None takes the
-        informer's ``default_resync_period``. ``inline`` runs the handler on
-        the informer's applying thread instead of a thread of its own: only
-        for a handler that never waits (see ``processor.InlineListener``).
+        informer's ``default_resync_period``.
         """
         if resync_period is None:
             resync_period = self.default_resync_period
@@ -210,7 +191,7 @@ class SharedInformer:
             self._handler_count += 1
             name = name or f"{self.name}#{self._handler_count}"
         period = max(resync_period, MIN_RESYNC_PERIOD) if resync_period > 0 else 0.0
-        listener = (InlineListener if inline else Listener)(
+        listener = Listener(
             handler,
             name=name,
             resync_period=period,
@@ -261,6 +242,7 @@ class SharedInformer:
             listeners = self._processor.listeners()
         for target, role in (
             (self.reflector.run, "reflector"),
+            (self._process_loop, "controller"),
             (self._resync_loop, "resync"),
         ):
             t = threading.Thread(target=target, name=f"{self.name}:{role}", daemon=True)
@@ -292,24 +274,23 @@ class SharedInformer:
 
     # -- the controller ------------------------------------------------
 
-    def _drain(self) -> None:
-        """Apply every queued delta, on the calling thread (see the module docstring)."""
+    def _process_loop(self) -> None:
         fifo = self._fifo
-        try:
-            if fifo.has_synced():
-                while fifo.pop_batch(self._apply, block=False):
-                    pass
+        while True:
+            try:
+                if fifo.has_synced():
+                    fifo.pop_batch(self._apply)
+                else:
+                    # The first list arrives as one burst of new objects:
+                    # see gcpause.
+                    with gcpause.paused():
+                        fifo.pop_batch(self._apply)
+                    if fifo.has_synced():
+                        # The initial list is in the cache: give what it
+                        # freed back to the OS (see heap).
+                        heap.release_free_memory()
+            except FIFOClosedError:
                 return
-            # The first list arrives as one burst of new objects: see gcpause.
-            with gcpause.paused():
-                while fifo.pop_batch(self._apply, block=False):
-                    pass
-            if fifo.has_synced():
-                # The initial list is in the cache: give what it freed back
-                # to the OS (see heap).
-                heap.release_free_memory()
-        except FIFOClosedError:
-            return
 
     def _apply(self, batch: list[Delta]) -> None:
         indexer = self._indexer
@@ -352,29 +333,3 @@ class SharedInformer:
             if self._processor.should_resync(self._clock.monotonic()):
                 n = self._fifo.resync()
                 log.debug("%s: resync queued %d objects", self.name, n)
-                self._drain()
-
-
-class _ApplyingStore:
-    """What the reflector writes to: the DeltaFIFO, each write followed by
-    applying what is queued (``drain``), on the reflector's thread."""
-
-    def __init__(self, fifo: DeltaFIFO, drain: Callable[[], None]) -> None:
-        self._fifo = fifo
-        self._drain = drain
-
-    def replace(self, items: list[KubeObject]) -> None:
-        self._fifo.replace(items)
-        self._drain()
-
-    def add(self, obj: KubeObject) -> None:
-        self._fifo.add(obj)
-        self._drain()
-
-    def update(self, obj: KubeObject) -> None:
-        self._fifo.update(obj)
-        self._drain()
-
-    def delete(self, obj: KubeObject) -> None:
-        self._fifo.delete(obj)
-        self._drain()

@@ -165,18 +165,3 @@ def test_pop_after_close_raises() -> None:
     fifo.close()
     with pytest.raises(FIFOClosedError):
         fifo.pop_batch(lambda batch: None)
-
-
-def test_a_non_blocking_pop_says_whether_it_applied_anything() -> None:
-    fifo = DeltaFIFO(Indexer())
-    got: list[str] = []
-    assert fifo.pop_batch(lambda batch: got.extend(d[2] for d in batch), block=False) is False
-    fifo.add(obj("a"))
-    fifo.add(obj("b"))
-    assert fifo.pop_batch(lambda batch: got.extend(d[2] for d in batch), max_items=1, block=False) is True
-    assert fifo.pop_batch(lambda batch: got.extend(d[2] for d in batch), block=False) is True
-    assert fifo.pop_batch(lambda batch: got.extend(d[2] for d in batch), block=False) is False
-    assert got == ["default/a", "default/b"]
-    fifo.close()
-    with pytest.raises(FIFOClosedError):
-        fifo.pop_batch(lambda batch: None, block=False)

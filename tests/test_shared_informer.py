@@ -1,4 +1,4 @@
-"""Shared informers: handlers in order on their own threads (or inline), sync state, resync, tombstones.
+"""Shared informers: handlers in order on their own threads, sync state, resync, tombstones.
 
 The first part runs informers over an in-memory lister-watcher; the tests
 marked ``plane`` run them against the real API server.
@@ -105,65 +105,6 @@ def test_every_handler_gets_every_event_in_order(lw: FakeListerWatcher, make_inf
         assert h.summary()[2:] == expected[2:]
 
 
-def test_an_inline_handler_runs_on_the_reflector_after_the_cache_and_its_bookkeeping_took_the_event(
-    lw: FakeListerWatcher, make_informer: Any
-) -> None:
-    seed(lw, 3)
-    inf = make_informer()
-    seen: list[tuple[str, str, bool, str, str]] = []
-
-    def record(kind: str, obj: KubeObject) -> None:
-        name = obj["metadata"]["name"]
-        now = inf.indexer.get_by_key(f"{obj['metadata']['namespace']}/{name}")
-        cached = now is obj if kind != "delete" else now is None
-        seen.append((kind, name, cached, threading.current_thread().name,
-                     inf.last_sync_resource_version))
-
-    inline = inf.add_event_handler(EventHandlerFuncs(
-        add=lambda o: record("add", o), update=lambda _o, n: record("update", n),
-        delete=lambda o: record("delete", o)), inline=True)  # type: ignore[arg-type]
-    threaded = Recording()
-    inf.add_event_handler(threaded)
-    inf.start()
-    assert inf.wait_for_sync(10) and inline.wait_for_sync(10)
-    assert inf.reflector.stats.lists + inf.reflector.stats.watch_lists == 1, \
-        "the bookkeeping of the list is done when the sync shows"
-    lw.add(make_object("x"))
-    lw.modify(make_object("x", data={"k": "v"}))
-    lw.delete("default/x")
-    wait_for(lambda: len(seen) == 6 and len(threaded.events) == 6, message=lambda: f"{seen}")
-    assert [(k, n) for k, n, *_ in seen][3:] == threaded.summary()[3:] == [
-        ("add", "x"), ("update", "x"), ("delete", "x")]
-    assert all(cached for _, _, cached, _, _ in seen), "the handler ran before the cache took the event"
-    assert {thread for *_, thread, _ in seen[3:]} == {"test:reflector"}
-    # Each watch event's resourceVersion is the informer's as its handler runs.
-    assert [rv for *_, rv in seen[3:]] == [str(lw.resource_version - 2), str(lw.resource_version - 1),
-                                          str(lw.resource_version)]
-    assert inline.delivered == 6 and inline.idle()
-
-
-def test_a_late_inline_handler_handles_the_cache_on_the_thread_that_adds_it(
-    lw: FakeListerWatcher, make_informer: Any
-) -> None:
-    seed(lw, 5)
-    inf = make_informer()
-    inf.start()
-    assert inf.wait_for_sync(10)
-    got: list[tuple[str, str]] = []
-    reg = inf.add_event_handler(EventHandlerFuncs(
-        add=lambda o: got.append((o["metadata"]["name"], threading.current_thread().name))), inline=True)
-    assert reg.has_synced(), "its initial adds were handled before add_event_handler returned"
-    assert sorted(got) == [(f"o{i:03d}", threading.current_thread().name) for i in range(5)]
-    lw.add(make_object("after"))
-    wait_for(lambda: len(got) == 6)
-    assert got[-1] == ("after", "test:reflector")
-    reg.remove()
-    lw.add(make_object("gone"))
-    lw.add(make_object("sentinel"))
-    wait_for(lambda: inf.indexer.get_by_key("default/sentinel") is not None)
-    assert len(got) == 6, "a removed inline handler got an event"
-
-
 def test_a_slow_handler_delays_neither_the_watch_nor_other_handlers(
     lw: FakeListerWatcher, make_informer: Any
 ) -> None:
@@ -234,9 +175,8 @@ def test_a_handler_is_synced_only_after_it_handled_the_first_list(
     assert len(h.events) == 10
 
 
-@pytest.mark.parametrize("inline", [False, True], ids=["threaded", "inline"])
 def test_a_failing_handler_is_logged_and_counted_and_keeps_receiving(
-    lw: FakeListerWatcher, make_informer: Any, caplog: pytest.LogCaptureFixture, inline: bool
+    lw: FakeListerWatcher, make_informer: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     reported: list[tuple[str, str]] = []
     inf = make_informer(on_handler_error=lambda name, e: reported.append((name, str(e))))
@@ -247,7 +187,7 @@ def test_a_failing_handler_is_logged_and_counted_and_keeps_receiving(
             raise RuntimeError("boom")
         got.append(obj["metadata"]["name"])
 
-    reg = inf.add_event_handler(EventHandlerFuncs(add=add), name="picky", inline=inline)
+    reg = inf.add_event_handler(EventHandlerFuncs(add=add), name="picky")
     inf.start()
     assert inf.wait_for_sync(10)
     with caplog.at_level(logging.ERROR):
