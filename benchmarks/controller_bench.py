@@ -84,7 +84,7 @@ import urllib.request
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry
@@ -362,25 +362,26 @@ class ControllerProcess(ChildProcess):
         except (urllib.error.URLError, OSError):
             return None
 
-    def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+    def _samples(self, name: str) -> Iterator[Any]:
+        """The samples named `name` the process exports now (none once it is gone)."""
         text = self._get(self.metrics_port, "/metrics") if self.alive() else None
         for family in text_string_to_metric_families(text or ""):
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
-                    return float(s.value)
+            yield from (s for s in family.samples if s.name == name)
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        for s in self._samples(name):
+            if all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                return float(s.value)
         return None
 
     def retries(self) -> float | None:
         return self.sample("workqueue_retries_total", {"name": "gpuclaimctl"})
 
     def syncs(self) -> dict[str, float]:
-        text = self._get(self.metrics_port, "/metrics") if self.alive() else None
         out: dict[str, float] = {}
-        for family in text_string_to_metric_families(text or ""):
-            for s in family.samples:
-                if s.name == "gpuclaimctl_sync_duration_seconds_count":
-                    kind = s.labels.get("kind", "")
-                    out[kind] = out.get(kind, 0.0) + s.value
+        for s in self._samples("gpuclaimctl_sync_duration_seconds_count"):
+            kind = s.labels.get("kind", "")
+            out[kind] = out.get(kind, 0.0) + s.value
         return out
 
 
