@@ -236,3 +236,37 @@ def test_totals_always_equal_used_capacity_of_the_objects_last_seen(seed: int) -
     for uid in list(pods):
         tracker.delete_pod(uid)
     assert normalized(tracker.totals) == {}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_views_budget_sums_always_equal_the_claims_last_seen_summed_afresh(seed: int) -> None:
+    """ClusterView keeps what counts against budgets per namespace and class
+    as claims come and go; a decision reads it whole. It must equal the sum
+    over the claims that hold GPUs (claim_usage), whatever the order."""
+    from datetime import datetime, timezone
+
+    from gpuclaimctl.decide.capacity import claim_usage
+    from gpuclaimctl.state.view import ClusterView
+
+    rng = random.Random(seed)
+    view = ClusterView(lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
+    claims: dict[str, Obj] = {}
+    for step in range(200):
+        if rng.random() < 0.75:
+            c = random_claim(rng)
+            c["metadata"]["namespace"] = rng.choice(("ns", "other"))
+            old = claims.get(c["metadata"]["name"])
+            if old is not None and rng.random() < 0.3:
+                c["metadata"]["uid"] += f"-again{step}"  # recreated under the name
+            view.apply_claim(old, c)
+            claims[c["metadata"]["name"]] = c
+        elif claims:
+            name = rng.choice(sorted(claims))
+            view.delete_claim(claims.pop(name))
+        for ns in ("ns", "other"):
+            want: dict[str, int] = {}
+            for c in claims.values():
+                if c["metadata"]["namespace"] == ns and claim_usage(c, {}) is not None:
+                    cls = c["spec"]["className"]
+                    want[cls] = want.get(cls, 0) + c["spec"]["count"]
+            assert dict(view.budget_use(ns).bound) == want, f"seed {seed} step {step} {ns}"

@@ -59,9 +59,9 @@ class ClusterView:
         # allocatable, taints or readiness last changed (ends rejections).
         self._unhealthy_since: dict[str, datetime] = {}
         self._changed_at: dict[str, datetime] = {}
-        # namespace -> claim uid -> (class, GPUs) of the claims holding GPUs
-        # on a node, as the informer shows them (what counts against budgets).
-        self._held_by_namespace: dict[str, dict[str, tuple[str, int]]] = {}
+        # What counts against budgets: the claims holding GPUs on a node, as
+        # the informer shows them, summed per namespace and class.
+        self._budget_holds = _BudgetHolds()
 
     # -- claims --------------------------------------------------------------------------
 
@@ -91,33 +91,28 @@ class ClusterView:
     def _forget_claim(self, uid: str) -> None:
         self.usage.delete_claim(uid)
         self.inflight.gone(uid)
-        for held in self._held_by_namespace.values():
-            if held.pop(uid, None) is not None:
-                break
+        self._budget_holds.drop(uid)
 
     def _hold_for_budgets(self, claim: Obj) -> None:
         meta = claim["metadata"]
-        uid, ns = meta["uid"], meta.get("namespace", "")
-        held = self._held_by_namespace.setdefault(ns, {})
+        uid = meta["uid"]
         if claim_usage(claim, {}) is None:
-            held.pop(uid, None)
+            self._budget_holds.drop(uid)
         else:
             spec = claim.get("spec") or {}
-            held[uid] = (str(spec.get("className") or ""), int(spec.get("count") or 0))
+            self._budget_holds.set(uid, meta.get("namespace", ""), str(spec.get("className") or ""),
+                                   int(spec.get("count") or 0))
 
     def budget_use(self, namespace: str) -> BudgetUse:
         """GPUs of `namespace` per class: held (as the informer shows), and
         placed by us but not yet shown held (in flight)."""
         with self.lock:
-            held = self._held_by_namespace.get(namespace, {})
-            bound: dict[str, int] = {}
-            for cls, n in held.values():
-                bound[cls] = bound.get(cls, 0) + n
+            holds = self._budget_holds
             placing: dict[str, int] = {}
             for e in self.inflight:
-                if e.namespace == namespace and e.claim_uid not in held:
+                if e.namespace == namespace and not holds.holds(e.claim_uid):
                     placing[e.class_name] = placing.get(e.class_name, 0) + e.count
-            return BudgetUse(bound, placing)
+            return BudgetUse(dict(holds.sums.get(namespace, {})), placing)
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -328,6 +323,37 @@ class ClusterView:
         """The nodes of `pairs` where fewer GPUs are used than `before`."""
         after = self._totals_at(pairs)
         return frozenset(p[0] for p in pairs if after[p] < before[p])
+
+
+class _BudgetHolds:
+    """GPUs held per namespace and class, kept as claims change: a decision
+    reads the sums of its namespace, which summed afresh cost a pass over
+    every claim of the namespace per decision (issue 12)."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, tuple[str, str, int]] = {}  # claim uid -> namespace, class, GPUs
+        self.sums: dict[str, dict[str, int]] = {}            # namespace -> class -> GPUs
+
+    def holds(self, uid: str) -> bool:
+        return uid in self._by_uid
+
+    def set(self, uid: str, namespace: str, class_name: str, count: int) -> None:
+        self.drop(uid)
+        self._by_uid[uid] = (namespace, class_name, count)
+        per_class = self.sums.setdefault(namespace, {})
+        per_class[class_name] = per_class.get(class_name, 0) + count
+
+    def drop(self, uid: str) -> None:
+        held = self._by_uid.pop(uid, None)
+        if held is None:
+            return
+        namespace, class_name, count = held
+        per_class = self.sums[namespace]
+        per_class[class_name] -= count
+        if not per_class[class_name]:
+            del per_class[class_name]
+            if not per_class:
+                del self.sums[namespace]
 
 
 class Decider:

@@ -51,7 +51,7 @@ from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed, Waiting, decide
 from gpuclaimctl.decide.podplan import Found, ToCreate
 from gpuclaimctl.model import api, keys
-from gpuclaimctl.model.budgets import BudgetInfo
+from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo
 from gpuclaimctl.model.nodeaffinity import Taint, Toleration, untolerated_node_state_taint
 from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.model.owners import controller_ref
@@ -128,7 +128,8 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                       for s in states]
             states = _with_set_rejections(ctx, set_key, states, now)
             decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy,
-                              budgets=budgets, budget_use=d.budget_use(info.namespace))
+                              budgets=budgets,
+                              budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
             if isinstance(decision, Placed):
                 for a in decision.new_gpus():
                     claim = raw[a.claim]
