@@ -415,8 +415,12 @@ class Handlers:
             self._enqueue_claims_of_pod(new)
         elif has_gate(old) and not has_gate(new):
             # Released (by us: its claims are bound) or ungated by someone
-            # else: either way no claim it names waits for it any more.
-            self._enqueue_claims_of_pod(new)
+            # else: either way no claim it names waits for it any more, so
+            # a claim that says Waiting has that to drop. Only those: nothing
+            # else of a claim's plan turns on the gate (a claim whose Waiting
+            # the cache does not show yet is synced by its own update), and
+            # a sync per claim of every released pod was a third of them.
+            self._enqueue_claims_of_pod(new, saying_waiting=True)
         elif has_gate(new) and (old["metadata"].get("annotations") or {}).get(api.CLAIMS_ANNOTATION) \
                 != (new["metadata"].get("annotations") or {}).get(api.CLAIMS_ANNOTATION):
             # An edited annotation may drop a claim the pod had reserved.
@@ -433,14 +437,17 @@ class Handlers:
         self.ctx.memories.capacity_needs.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
 
-    def _enqueue_claims_of_pod(self, pod: Obj) -> None:
-        """The claims the pod uses, owns or names (whose Waiting may end)."""
+    def _enqueue_claims_of_pod(self, pod: Obj, saying_waiting: bool = False) -> None:
+        """The claims the pod uses, owns or names (whose Waiting may end);
+        with `saying_waiting`, only those whose cached status says Waiting."""
         key = keys.key_of(pod)
         seen: set[str] = set(indexes.pods_by_claim(pod))
         for index in (indexes.CLAIMS_BY_RESERVED_POD, indexes.CLAIMS_BY_OWNER_POD):
             for c in self.ctx.claims.by_index(index, key):
                 seen.add(keys.key_of(c))
         for k in seen:
+            if saying_waiting and not _says_waiting(self.ctx.claims.get(*keys.split(k))):
+                continue
             self.queue.add(CLAIM + k)
 
     # -- claims ---------------------------------------------------------------------------
@@ -617,3 +624,8 @@ def _is_expected(e: Exception) -> bool:
 
 
 __all__ = ["Controller", "Handlers", "Settings"]
+
+
+def _says_waiting(claim: Obj | None) -> bool:
+    return claim is not None and any(c.get("type") == api.CONDITION_WAITING
+                                     for c in (claim.get("status") or {}).get("conditions") or ())

@@ -422,6 +422,42 @@ def _waiting_message(claim: Obj) -> str:
     return str(cond["message"])
 
 
+def test_a_claim_stops_saying_waiting_when_someone_else_ungates_its_pod() -> None:
+    """The Waiting condition is there only while a gated pod waits for the
+    claim; a pod ungated by someone else (not by a release, whose bind
+    writes the claim anyway) syncs the claims that still say Waiting."""
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {"second": 4})
+    claim = next(c for c in s.fake.list(CLAIMS).items
+                 if c["metadata"]["ownerReferences"][0]["name"] == "second")
+    assert _waiting_message(claim)
+    pod = s.fake.get(PODS, NS, "second")
+    assert pod is not None
+    pod["spec"]["schedulingGates"] = []
+    s.fake.update(PODS, pod)
+    s.see_all()
+    key = "claim:" + NS + "/" + claim["metadata"]["name"]
+    assert key in s.ctl.queue.ready
+    s.sync(key)
+    claim = s.fake.get(CLAIMS, NS, claim["metadata"]["name"])
+    assert claim is not None
+    assert not any(c["type"] == api.CONDITION_WAITING for c in claim["status"].get("conditions") or ())
+
+
+def test_a_release_syncs_none_of_the_claims_it_bound() -> None:
+    """Issue 12: a claim of a released pod that says nothing of waiting has
+    nothing to do with the gate going; its own updates sync it."""
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+    s.sync("pod:team/p")
+    assert not s.gated("p")
+    s.ctl.informers[CLAIMS].deliver(10_000)  # the claim's bind, seen
+    s.ctl.queue.ready.clear()
+    s.ctl.informers[PODS].deliver(10_000)  # the pod's release, seen
+    assert not any(k.startswith("claim:") for k in s.ctl.queue.ready), s.ctl.queue.ready
+
+
 def test_a_waiting_pod_synced_again_with_nothing_changed_costs_no_write() -> None:
     s = Story(nodes=(4,))
     _fill_and_wait(s, {"second": 4})
