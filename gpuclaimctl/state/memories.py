@@ -48,7 +48,7 @@ class Memories:
     # What each pod waiting with reason Capacity needs on one node (resource
     # -> GPUs of its claims not yet bound): GPUs freed on a node with less
     # than that free cannot let it fit, so they do not wake it (see
-    # controller.Handlers.enqueue_waiting_pods).
+    # sync.handlers.Handlers.enqueue_waiting_pods).
     capacity_needs: LockedCache[str, Mapping[str, int]] = field(
         default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Claims (uid) whose Waiting message was written in the last

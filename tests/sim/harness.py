@@ -30,7 +30,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from gpuclaimctl.client.writer import Writer
-from gpuclaimctl.controller import Handlers, dispatch
+from gpuclaimctl.controller import dispatch
+from gpuclaimctl.sync.handlers import Handlers
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import BudgetInfo
