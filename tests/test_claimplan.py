@@ -390,3 +390,40 @@ def test_waiting_stays_while_a_gated_pod_names_the_claim() -> None:
     assert not plan(with_waiting(waiting())).status_changed
     assert not plan_claim(waiting(), {}, False, None, NOW, node_lost_grace=GRACE,
                           reject_for=REJECT_FOR, waited_for=False).status_changed
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_plans_and_status_bodies_never_change_the_cached_claim_they_read(seed: int) -> None:
+    """The plan and the status bodies share the cached claim's parts (no
+    deep copy, issue 12): they must replace what they change, never edit
+    it in place, or the informer's cache would change under every reader."""
+    import copy
+    import random
+
+    from gpuclaimctl.decide import podplan
+    from gpuclaimctl.decide.placement import ClaimWait
+    from gpuclaimctl.model.snapshot import Rejection
+
+    rng = random.Random(seed)
+    claim = a_claim(phase=rng.choice(("Bound", "Pending", "Lost", None)),
+                    node=rng.choice(("node-a", None)),
+                    reserved=tuple(rng.sample(("p1", "p2", "p3"), rng.randint(0, 2))),
+                    policy=rng.choice((None, "Retain")), template=rng.random() < 0.5,
+                    deleting=rng.random() < 0.3, finalizer=rng.random() < 0.7,
+                    rejected=tuple((n, ts(later(rng.choice((-60, 60))))) for n in
+                                   rng.sample(("node-a", "node-b"), rng.randint(0, 2))))
+    claim.setdefault("status", {})["conditions"] = [
+        {"type": api.CONDITION_WAITING, "status": "True", "reason": "Capacity", "message": "m"}]
+    before = copy.deepcopy(claim)
+    pods = {uid: rng.choice((None, PodFacts(uid=uid, phase="Succeeded"), PodFacts(uid=uid)))
+            for uid in ("p1", "p2", "p3")}
+    plan_claim(claim, pods, rng.choice((None, False, PodFacts(uid=OWNER_UID, phase="Failed"))),
+               rng.choice((None, NodeFacts(exists=False), NodeFacts(exists=True))), NOW,
+               node_lost_grace=0.0, reject_for=REJECT_FOR, waited_for=rng.random() < 0.5,
+               class_resource="nvidia.com/gpu")
+    pod = {"metadata": {"name": "p9", "namespace": "ns", "uid": "p9"}}
+    podplan.bound_claim(claim, pod, "node-b", "nvidia.com/gpu")
+    podplan.waiting_claim(claim, ClaimWait(api.WaitReason.CAPACITY, "other message"), NOW)
+    podplan.rejected_claim(claim, Rejection("node-a", later(60), "refused"))
+    podplan.unreserved_claim(claim, "p1")
+    assert claim == before

@@ -9,7 +9,6 @@ performs the writes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -128,7 +127,9 @@ def plan_claim(
     version), so what it holds no longer depends on the class.
     """
     meta = claim.get("metadata") or {}
-    status: dict[str, Any] = copy.deepcopy(dict(claim.get("status") or {}))
+    # A new top level of the status: its fields are replaced whole below,
+    # never edited in place, so the cached claim's parts can be shared.
+    status: dict[str, Any] = dict(claim.get("status") or {})
     plan = ClaimPlan(status=status)
     spec = claim.get("spec") or {}
 

@@ -136,8 +136,8 @@ def with_finalizer(claim: Mapping[str, Any]) -> Obj | None:
 
 def bound_claim(claim: Mapping[str, Any], pod: Mapping[str, Any], node: str, resource: str) -> Obj:
     """The claim Bound on `node`, reserved for `pod`, counted under `resource`."""
-    out = copy.deepcopy(dict(claim))
-    st = out.setdefault("status", {})
+    out = _with_own_status(claim)
+    st = out["status"]
     st["phase"] = api.Phase.BOUND
     st["nodeName"] = node
     st["resourceName"] = resource
@@ -152,8 +152,8 @@ def waiting_claim(claim: Mapping[str, Any], wait: ClaimWait, now: datetime) -> O
     if (current is not None and current.get("reason") == wait.reason
             and current.get("message") == wait.message and current.get("status") == "True"):
         return None
-    out = copy.deepcopy(dict(claim))
-    st = out.setdefault("status", {})
+    out = _with_own_status(claim)
+    st = out["status"]
     conds = [c for c in st.get("conditions") or () if c.get("type") != api.CONDITION_WAITING]
     conds.append({"type": api.CONDITION_WAITING, "status": "True", "reason": str(wait.reason),
                   "message": wait.message[:32000], "lastTransitionTime": format_time(now),
@@ -163,8 +163,8 @@ def waiting_claim(claim: Mapping[str, Any], wait: ClaimWait, now: datetime) -> O
 
 
 def rejected_claim(claim: Mapping[str, Any], rejection: Rejection) -> Obj:
-    out = copy.deepcopy(dict(claim))
-    st = out.setdefault("status", {})
+    out = _with_own_status(claim)
+    st = out["status"]
     rejected = [r for r in st.get("rejectedNodes") or () if r.get("nodeName") != rejection.node_name]
     rejected.append({"nodeName": rejection.node_name, "reason": rejection.reason,
                      "until": format_time(rejection.until)})
@@ -178,8 +178,18 @@ def unreserved_claim(claim: Mapping[str, Any], pod_uid: str) -> Obj | None:
     keep = [r for r in refs if r.get("uid") != pod_uid]
     if len(keep) == len(refs):
         return None
-    out = copy.deepcopy(dict(claim))
+    out = _with_own_status(claim)
     out["status"]["reservedFor"] = keep
+    return out
+
+
+def _with_own_status(claim: Mapping[str, Any]) -> Obj:
+    """The claim to send in a status write: a new top level and status,
+    all else shared with the cached object (the caller replaces status
+    fields whole, never edits a shared part). A deep copy of every claim
+    written cost more than the rest of building the body."""
+    out = dict(claim)
+    out["status"] = dict(claim.get("status") or {})
     return out
 
 
