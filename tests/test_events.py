@@ -33,13 +33,8 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from gpuclaimctl.client import events, kube
-from gpuclaimctl.client.events import (
-    AGGREGATE_PREFIX,
-    EventCorrelator,
-    EventRecorder,
-    Outcome,
-    make_event,
-)
+from gpuclaimctl.client.eventcorrelation import AGGREGATE_PREFIX, EventCorrelator
+from gpuclaimctl.client.events import EventRecorder, Outcome, make_event
 from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.cmd import app
