@@ -140,7 +140,7 @@ class Writer:
         preconditions (a failed one is 422 Invalid). The answer, the whole
         pod, is not decoded: nothing reads it (the watch brings the pod).
         Decoding the writes' answers was about a tenth of the workers' time
-        (py-spy, unthrottled bench), the pod the largest of them."""
+        (py-spy, unthrottled bench)."""
         kube.request(self._api, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
                      body=ops, content_type="application/json-patch+json",
                      fence=self._fence, limiter=self._limiter)

