@@ -588,7 +588,10 @@ class Sim:
         nothing changes."""
         self.fake.before_write = None
         self.fake.clear_faults()
-        for _ in range(400):
+        # One key per round: a longer run leaves more objects, and so more
+        # keys, to settle (at 1,000 steps some seeds needed more than 400).
+        rounds = max(400, 2 * self.steps)
+        for _ in range(rounds):
             moved = False
             for inf in self.ctl.informers.values():
                 if inf.pending():
@@ -615,7 +618,7 @@ class Sim:
                 else:
                     self.t = max(self.t, due)
             self.check_always("draining")
-        raise InvariantBroken("the run did not settle in 400 rounds:\n" + self.trace())
+        raise InvariantBroken(f"the run did not settle in {rounds} rounds:\n" + self.trace())
 
     # -- invariants -----------------------------------------------------------------------
 
