@@ -6,12 +6,17 @@ finalizers, Lost claims and expired rejections (DESIGN.md §5, `claim:`).
 
 from __future__ import annotations
 
+import copy
+import random
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from gpuclaimctl.decide import podplan
+from gpuclaimctl.decide.placement import ClaimWait
 from gpuclaimctl.model import api
+from gpuclaimctl.model.snapshot import Rejection
 from gpuclaimctl.decide.claimplan import (
     ClaimPlan,
     NodeFacts,
@@ -397,13 +402,6 @@ def test_plans_and_status_bodies_never_change_the_cached_claim_they_read(seed: i
     """The plan and the status bodies share the cached claim's parts (no
     deep copy, issue 12): they must replace what they change, never edit
     it in place, or the informer's cache would change under every reader."""
-    import copy
-    import random
-
-    from gpuclaimctl.decide import podplan
-    from gpuclaimctl.decide.placement import ClaimWait
-    from gpuclaimctl.model.snapshot import Rejection
-
     rng = random.Random(seed)
     claim = a_claim(phase=rng.choice(("Bound", "Pending", "Lost", None)),
                     node=rng.choice(("node-a", None)),

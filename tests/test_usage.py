@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
-from gpuclaimctl.decide.capacity import used_capacity
+from gpuclaimctl.decide.capacity import claim_usage, used_capacity
 from gpuclaimctl.state.usage import UsageTracker
+from gpuclaimctl.state.view import ClusterView
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"
@@ -243,11 +245,6 @@ def test_the_views_budget_sums_always_equal_the_claims_last_seen_summed_afresh(s
     """ClusterView keeps what counts against budgets per namespace and class
     as claims come and go; a decision reads it whole. It must equal the sum
     over the claims that hold GPUs (claim_usage), whatever the order."""
-    from datetime import datetime, timezone
-
-    from gpuclaimctl.decide.capacity import claim_usage
-    from gpuclaimctl.state.view import ClusterView
-
     rng = random.Random(seed)
     view = ClusterView(lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
     claims: dict[str, Obj] = {}

@@ -62,8 +62,8 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
 
     current = claim
     if plan.status_changed:
-        updated = copy.deepcopy(claim)
-        updated["status"] = plan.status
+        # Only the status is new; the rest is read, never edited, by the write.
+        updated = {**claim, "status": plan.status}
         current = ctx.writer.update_claim_status(updated)
         for ref, why in plan.removed:
             if ctx.metrics is not None:
