@@ -41,6 +41,14 @@ def chain(*transforms: Transform) -> Transform:
 # definition: a table entry for them would never be shared, only kept.
 _PER_OBJECT = frozenset(("uid", "resourceVersion", "name"))
 
+# A part is looked up by its JSON, and an unseen part's own parts are
+# looked up too, so a unique part deep in the object is encoded once per
+# level above it. Parts under a key that had no equal this many times in a
+# row (a pod's spec, its containers) are walked without a lookup, but for
+# one in _PROBE_EVERY, so a key whose parts start repeating is found again.
+_MISSES_BEFORE_SKIPPING = 16
+_PROBE_EVERY = 64
+
 
 class Compactor:
     """A transform that shares equal strings and equal sub-objects between cached objects.
@@ -91,6 +99,10 @@ class Compactor:
         self._older_strings: dict[str, str] = {}
         self._keys: dict[str, str] = {}
         self._caps = (shared_entries, once_entries, strings, keys)
+        # Looked-up parts that had no equal, in a row, per key they sat
+        # under (the items of a list apart from the list).
+        self._value_misses: dict[str, int] = {}
+        self._item_misses: dict[str, int] = {}
         # orjson makes a new {} or [] each time; one of each serves all.
         self._empty: dict[type, Any] = {dict: {}, list: []}
 
@@ -107,6 +119,10 @@ class Compactor:
             self._strings = {}
         if len(self._keys) > keys_cap:
             self._keys.clear()
+        if len(self._value_misses) + len(self._item_misses) > keys_cap:
+            # Keys of a map of objects can be names without end.
+            self._value_misses.clear()
+            self._item_misses.clear()
         return self._dict(obj, top=True)
 
     def _dict(self, d: dict[str, Any], top: bool = False, metadata: bool = False) -> dict[str, Any]:
@@ -141,7 +157,7 @@ class Compactor:
             elif t is dict and top and k == "metadata":
                 c = self._dict(v, metadata=True)
             elif t is dict or t is list:
-                c = self._container(v, t)
+                c = self._container(v, t, k, self._value_misses)
             else:
                 continue
             if c is not v:
@@ -151,7 +167,7 @@ class Compactor:
             d = {setdefault(k, k): v for k, v in d.items()}
         return d
 
-    def _list(self, items: list[Any]) -> list[Any]:
+    def _list(self, items: list[Any], slot: str) -> list[Any]:
         strings = self._strings
         for i, v in enumerate(items):
             t = type(v)
@@ -160,26 +176,36 @@ class Compactor:
                 if c is None:
                     strings[v] = c = self._older_strings.get(v, v)
             elif t is dict or t is list:
-                c = self._container(v, t)
+                c = self._container(v, t, slot, self._item_misses)
             else:
                 continue
             if c is not v:
                 items[i] = c
         return items
 
-    def _container(self, v: Any, t: type) -> Any:
-        """The canonical equal of dict or list ``v`` (``v`` itself when it is the first)."""
+    def _container(self, v: Any, t: type, slot: str, misses: dict[str, int]) -> Any:
+        """The canonical equal of dict or list ``v`` (``v`` itself when it is
+        the first). ``slot`` is the key ``v`` sits under (for a list's item,
+        the list's key, counted in the items' own table ``misses``)."""
         if not v:
             return self._empty[t]
+        missed = misses.get(slot, 0)
+        if missed >= _MISSES_BEFORE_SKIPPING and missed % _PROBE_EVERY:
+            # Never equal to one seen before of late: walked, not looked up.
+            misses[slot] = missed + 1
+            return self._dict(v) if t is dict else self._list(v, slot)
         key = orjson.dumps(v)
         c = self._shared.get(key)
+        if c is None:
+            c = self._once.pop(key, None)
+            if c is not None:
+                # Seen once before: from now on that one is the canonical copy.
+                self._shared[key] = c
         if c is not None:
+            if missed:
+                misses[slot] = 0
             return c
-        first = self._once.pop(key, None)
-        if first is not None:
-            # Seen once before: from now on that one is the canonical copy.
-            self._shared[key] = first
-            return first
-        v = self._dict(v) if t is dict else self._list(v)
+        misses[slot] = missed + 1
+        v = self._dict(v) if t is dict else self._list(v, slot)
         self._once[key] = v
         return v

@@ -177,3 +177,46 @@ def test_a_string_in_use_stays_shared_when_the_string_table_turns_over() -> None
     assert len(c._strings) <= 9
     first = objs[0]["data"]["common"]
     assert all(o["data"]["common"] is first for o in objs)
+
+
+def spec_pod(i: int, spec_value: str) -> KubeObject:
+    return orjson.loads(orjson.dumps({
+        "metadata": {"name": f"n{i}"},
+        "spec": {"rank": spec_value, "containers": [{"name": "main", "image": "train:v1"}]},
+    }))
+
+
+def test_a_part_under_a_key_whose_parts_never_repeat_is_not_encoded_for_each_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Looking a part up means encoding it, and a part with no equal has its
+    # own parts encoded again below it: a pod's unique spec was encoded once
+    # for itself and again within each level above its shared parts.
+    import informers.transforms as transforms
+
+    encoded: list[Any] = []
+
+    class Counting:
+        @staticmethod
+        def dumps(v: Any) -> bytes:
+            encoded.append(v)
+            return orjson.dumps(v)
+
+    monkeypatch.setattr(transforms, "orjson", Counting)
+    c = Compactor()
+    objs = [c(spec_pod(i, f"rank-{i}")) for i in range(640)]
+    spec_lookups = sum(1 for v in encoded if type(v) is dict and "rank" in v)
+    assert spec_lookups <= 16 + 640 // 64 + 1
+    containers = objs[-1]["spec"]["containers"]
+    assert all(o["spec"]["containers"] is containers for o in objs[1:]), "the shared parts below are still shared"
+
+
+def test_parts_under_such_a_key_are_shared_again_once_they_repeat() -> None:
+    c = Compactor()
+    for i in range(200):
+        c(spec_pod(i, f"rank-{i}"))
+    objs = [c(spec_pod(1000 + i, "the same")) for i in range(200)]
+    # Two probes apart (the first to see it, the second to find it again).
+    spec = objs[-1]["spec"]
+    assert all(o["spec"] is spec for o in objs[2 * 64:])
+    assert all(orjson.dumps(o) == orjson.dumps(spec_pod(1000 + i, "the same")) for i, o in enumerate(objs))
