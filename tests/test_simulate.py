@@ -427,7 +427,8 @@ def test_simulate_on_the_live_cluster_places_copies_in_turn_and_sends_no_write(
         doc = json.loads(result.output)
         # 2 free on the 4-GPU node: each copy of 3 takes the 8-GPU node until it is full.
         assert [c.get("node") or c["reason"] for c in doc["workloads"][0]["copies"]] == [
-            eight, eight, "Capacity"], json.dumps(doc, indent=1)[:6000]
+            eight, eight, "Capacity"], (f"running: {cluster.describe_pod('running')}\n"
+                                        + json.dumps(doc, indent=1)[:6000])
         assert "in flight" in doc["note"]
 
         # What the API server received from the command: reads only.

@@ -12,11 +12,14 @@ import pytest
 
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api
-from gpuclaimctl.sync.pods import REFUSAL_SETTLE
+from gpuclaimctl.sync.pods import REFUSAL_SETTLE, SCHEDULER_RETRY
 from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, _Part, lost_answer
 from tests.sim.harness import NS, RESOURCE, Sim
 
 Obj = dict[str, Any]
+
+
+NODE_AGE = 3600.0
 
 
 class Story(Sim):
@@ -27,12 +30,19 @@ class Story(Sim):
         self.fake.before_write = None
 
     def _setup_cluster(self) -> None:
+        # Nodes there long before the story starts: a refusal on a node that
+        # just changed waits for kube-scheduler's retry (SCHEDULER_RETRY).
+        self.t -= NODE_AGE
         for i, gpus in enumerate(self.nodes):
-            self.fake.create(NODES, {
-                "metadata": {"name": f"n{i}"},
-                "status": {"allocatable": {RESOURCE: str(gpus)},
-                           "conditions": [{"type": "Ready", "status": "True"}]}})
+            self.node(f"n{i}", gpus)
+        self.t += NODE_AGE
         self._create_class("alpha")
+
+    def node(self, name: str, gpus: int) -> Obj:
+        return self.fake.create(NODES, {
+            "metadata": {"name": name},
+            "status": {"allocatable": {RESOURCE: str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True"}]}})
 
     def pod(self, name: str, entries: list[dict[str, Any]], *, owned: bool = True) -> Obj:
         meta: Obj = {"name": name, "namespace": NS,
@@ -221,6 +231,60 @@ def test_a_refusal_is_acted_on_only_once_it_has_lasted() -> None:
     claim = s.fake.get(CLAIMS, NS, "bare-g")
     assert claim is not None and not claim["status"].get("reservedFor")  # it lasted: let go
     assert any(e.reason == "NodeRefused" for e in s.fake.events)
+
+
+def released_then_refused(s: Story, name: str) -> None:
+    s.pod(name, [{"name": "g", "className": "alpha", "count": 2}], owned=False)
+    s.see_all()
+    for _ in range(2):
+        s.sync(f"pod:team/{name}")
+        s.see_all()
+    assert not s.gated(name)
+    s.fake.mark_unschedulable(NS, name, "0/1 nodes are available")
+    s.see_all()
+
+
+def reserved(s: Story, claim_name: str) -> bool:
+    claim = s.fake.get(CLAIMS, NS, claim_name)
+    return claim is not None and bool(claim["status"].get("reservedFor"))
+
+
+def test_a_refusal_on_a_node_just_created_waits_for_the_schedulers_retry() -> None:
+    """kube-scheduler, backing off (up to 10 s), may bind a pod it refused
+    on a node it did not have yet: the refusal is acted on only once the
+    node has been there SCHEDULER_RETRY. (REFUSAL_SETTLE alone let a bare
+    pod's GPUs go although it then ran there: the live `simulate` test.)"""
+    s = Story(nodes=())
+    created = s.t
+    s.node("fresh", 4)
+    released_then_refused(s, "bare")
+    s.sync("pod:team/bare")
+    s.t += REFUSAL_SETTLE
+    s.sync("pod:team/bare")
+    assert reserved(s, "bare-g"), "let go while the scheduler may still retry on the new node"
+    assert "pod:team/bare" in s.ctl.queue.delayed  # looked at again later
+    s.t = created + SCHEDULER_RETRY
+    s.sync("pod:team/bare")
+    assert not reserved(s, "bare-g")
+    assert any(e.reason == "NodeRefused" for e in s.fake.events)
+
+
+def test_a_refusal_right_after_the_node_changed_waits_for_the_schedulers_retry() -> None:
+    """A change of the node's allocatable, taints or readiness makes
+    kube-scheduler try the pod again (after its backoff): the wait for a
+    refusal counts from the change too."""
+    s = Story(nodes=(4,))
+    released_then_refused(s, "bare")
+    s.sync("pod:team/bare")
+    s.fake.patch(NODES, "", "n0", lambda n: n["status"]["allocatable"].update({RESOURCE: "8"}))
+    s.see_all()
+    changed = s.t
+    s.t += REFUSAL_SETTLE
+    s.sync("pod:team/bare")
+    assert reserved(s, "bare-g")
+    s.t = changed + SCHEDULER_RETRY
+    s.sync("pod:team/bare")
+    assert not reserved(s, "bare-g")
 
 
 def test_a_refusal_that_kept_the_gated_transition_time_still_waits_from_when_it_was_seen() -> None:

@@ -330,6 +330,15 @@ def _pod_ref(pod: Obj) -> Obj:
 # in CI), and would delete a replica for nothing. Only a refusal that lasted
 # this long is acted on.
 REFUSAL_SETTLE = 5.0
+# kube-scheduler tries a refused pod again when the node changes (added,
+# taints, allocatable, readiness), but only once the pod's backoff ran out:
+# up to podMaxBackoffSeconds, 10 s by default, after its last attempt. A
+# refusal on a node that changed less than this ago (one just created, whose
+# not-ready taint just went) may still be answered by a bind, so it is not
+# acted on until the node has been still this long. (5 s alone let the
+# live `simulate` test in CI see a bare pod's GPUs counted free while the
+# scheduler, backing off, then bound it on its brand-new node.)
+SCHEDULER_RETRY = 15.0
 
 
 def _check_refused(ctx: SyncContext, pod: Obj) -> None:
@@ -378,10 +387,13 @@ def _check_refused(ctx: SyncContext, pod: Obj) -> None:
     seen = ctx.memories.refusals_seen.update(meta["uid"], lambda first: first or now)
     since = parse_time(cond.get("lastTransitionTime"))
     left = REFUSAL_SETTLE - (now - (seen if since is None else max(seen, since))).total_seconds()
+    still = _node_still_since(ctx, node)
+    if still is not None:
+        left = max(left, SCHEDULER_RETRY - (now - still).total_seconds())
     if left > 0:
-        # Looked at again once the refusal has lasted (capped: the
-        # scheduler's clock may run ahead of ours).
-        ctx.enqueue_after(POD + keys.key_of(pod), min(left, REFUSAL_SETTLE))
+        # Looked at again once the refusal has lasted (capped: the API
+        # server's and the scheduler's clocks may run ahead of ours).
+        ctx.enqueue_after(POD + keys.key_of(pod), min(left, SCHEDULER_RETRY))
         return
     message = cond.get("message") or "the scheduler refused the pod"
     if controller_ref(pod) is None:
@@ -409,6 +421,15 @@ def _check_refused(ctx: SyncContext, pod: Obj) -> None:
                      f"set until {format_time(until)}")
     for claim in held:
         ctx.enqueue(CLAIM + keys.key_of(claim))
+
+
+def _node_still_since(ctx: SyncContext, node: Mapping[str, Any]) -> datetime | None:
+    """Since when the node has had its allocatable, taints and readiness:
+    its last change this process saw, or its creation if later."""
+    changed = ctx.view.node_changed_at(node["metadata"]["name"])
+    created = parse_time((node.get("metadata") or {}).get("creationTimestamp"))
+    times = [t for t in (changed, created) if t is not None]
+    return max(times) if times else None
 
 
 def _release_bare_pod(ctx: SyncContext, pod: Obj, held: Sequence[Mapping[str, Any]],
