@@ -6,6 +6,7 @@ yet, so it may change it in place; it returns the object to cache.
 
 from __future__ import annotations
 
+import random
 from typing import Any, Callable
 
 import orjson
@@ -45,7 +46,11 @@ _PER_OBJECT = frozenset(("uid", "resourceVersion", "name"))
 # looked up too, so a unique part deep in the object is encoded once per
 # level above it. Parts under a key that had no equal this many times in a
 # row (a pod's spec, its containers) are walked without a lookup, but for
-# one in _PROBE_EVERY, so a key whose parts start repeating is found again.
+# one in _PROBE_EVERY at random, so a key whose parts start repeating is
+# found again. At random, not every 64th: the items of a list share their
+# key's count, and a fixed period lands on the same positions of lists of
+# the same length each time, so a list whose first item is unique (a rank)
+# and the rest shared would never have its shared items looked up again.
 _MISSES_BEFORE_SKIPPING = 16
 _PROBE_EVERY = 64
 
@@ -103,6 +108,7 @@ class Compactor:
         # under (the items of a list apart from the list).
         self._value_misses: dict[str, int] = {}
         self._item_misses: dict[str, int] = {}
+        self._probe = random.Random(0).random  # seeded: a run can be replayed
         # orjson makes a new {} or [] each time; one of each serves all.
         self._empty: dict[type, Any] = {dict: {}, list: []}
 
@@ -190,9 +196,8 @@ class Compactor:
         if not v:
             return self._empty[t]
         missed = misses.get(slot, 0)
-        if missed >= _MISSES_BEFORE_SKIPPING and missed % _PROBE_EVERY:
+        if missed >= _MISSES_BEFORE_SKIPPING and self._probe() * _PROBE_EVERY >= 1.0:
             # Never equal to one seen before of late: walked, not looked up.
-            misses[slot] = missed + 1
             return self._dict(v) if t is dict else self._list(v, slot)
         key = orjson.dumps(v)
         c = self._shared.get(key)
