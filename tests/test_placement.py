@@ -496,10 +496,28 @@ def test_class_and_pod_from_api() -> None:
 
 @pytest.mark.parametrize(
     "text, value",
-    [("8", 8), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1500m", 1), ("1e3", 1000), ("1.5", 1), ("x", None), ("", None)],
+    [("8", 8), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1500m", 1), ("1e3", 1000), ("1.5", 1), ("x", None), ("", None),
+     # The API server writes 10^18 as "1E" (exa) and 2^60 as "1Ei": not exponents.
+     ("1E", 10**18), ("2E", 2 * 10**18), ("1Ei", 2**60), ("1E3", 1000), ("1e18", 10**18),
+     ("0.5Ei", 2**59), ("1.5Ki", 1536), ("12345678901234567", 12345678901234567),
+     # Exact (no 28-digit decimal context), and capped at int64 rather than raising.
+     ("9223372036854775807", 2**63 - 1), ("9223372036854775808", 2**63 - 1), ("1e30", 2**63 - 1),
+     ("1e1000000", 2**63 - 1), ("1e-1000000", 0), ("9" * 5000, 2**63 - 1),
+     ("\u00b2", None), ("1e", None), (".", None)],
 )
 def test_parse_quantity(text: str, value: int | None) -> None:
     assert parse_quantity(text) == value
+
+
+def test_a_node_with_an_exa_quantity_is_read_not_raised() -> None:
+    # Any allocatable the API server canonicalised to an SI "E" suffix (here
+    # memory) made NodeInfo.from_api raise: the node handler failed on every
+    # event and the node never reached the view.
+    info = NodeInfo.from_api({"metadata": {"name": "big"},
+                              "status": {"allocatable": {GPU: "8", "memory": "1Ei", "example.com/x": "3E"},
+                                         "conditions": [{"type": "Ready", "status": "True"}]}})
+    assert info.allocatable == {GPU: 8, "memory": 2**60, "example.com/x": 3 * 10**18}
+    assert isinstance(decide(pod(), [claim()], Cluster([info], [gpu_class()]), {}, NOW), Placed)
 
 
 # --- cluster snapshots --------------------------------------------------------
