@@ -19,6 +19,7 @@ from gpuclaimctl.model.podclaims import (
     EntrySource,
     PodClaimsError,
     is_template_claim_of,
+    named_claims,
     parse_claims,
     pod_claims,
     template_claim,
@@ -26,6 +27,8 @@ from gpuclaimctl.model.podclaims import (
     template_owner_name,
     template_owner_uid,
 )
+
+from gpuclaimctl.state import indexes
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -139,6 +142,20 @@ def test_bad_input_of_any_json_type_raises_only_pod_claims_error() -> None:
     for value in values:
         with pytest.raises(PodClaimsError):
             parse_claims(json.dumps(value))
+
+
+@pytest.mark.parametrize("depth", [999, 1000, 5000, 100_000])
+def test_deeply_nested_json_is_a_pod_claims_error_not_a_recursion_error(depth: int) -> None:
+    # An annotation is any string up to 256 KiB: "[[[[...]]]]" hit the JSON
+    # decoder's recursion limit, and the RecursionError escaped the pod sync
+    # (a retry loop, no event), the claim sync and the pods-by-claim index.
+    with pytest.raises(PodClaimsError):
+        parse_claims("[" * depth + "]" * depth)
+    with pytest.raises(PodClaimsError):
+        pod_claims({"metadata": {"name": "p", "annotations": {CLAIMS_ANNOTATION: '[{"a":' * depth + "1" + "}" * depth + "]"}}})
+    deep = {"metadata": {"name": "p", "namespace": "ns", "annotations": {CLAIMS_ANNOTATION: "[" * depth}}}
+    assert named_claims(deep) == frozenset()
+    assert indexes.pods_by_claim(deep) == []
 
 
 def test_template_claim_name_is_pod_dash_entry_when_short() -> None:

@@ -66,6 +66,11 @@ def test_a_review_is_read_into_a_request() -> None:
     pytest.param(json.dumps(review(operation="UPDATE")).encode(), id="update-without-old-object"),
     pytest.param(json.dumps(review(object="pod")).encode(), id="object-not-an-object"),
     pytest.param(json.dumps(review(userInfo=None)).encode(), id="no-user"),
+    # The decoder's recursion limit raised RecursionError, which no handler
+    # caught: the connection dropped without an answer.
+    pytest.param(b"[" * 5000 + b"]" * 5000, id="nested-too-deeply"),
+    pytest.param(json.dumps(review()).encode()[:-2] + b', "x": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+                 id="request-nested-too-deeply"),
 ])
 def test_anything_but_a_review_is_refused_with_a_reason(body: bytes) -> None:
     with pytest.raises(BadReview) as refused:

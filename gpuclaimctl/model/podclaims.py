@@ -119,6 +119,10 @@ def parse_claims(text: str | None) -> tuple[ClaimEntry, ...]:
     except ValueError as e:
         # json.JSONDecodeError and _no_constant's error both land here.
         raise PodClaimsError([f"not valid JSON: {e}"]) from None
+    except RecursionError:
+        # "[[[[...]]]]" a thousand deep: the decoder's recursion limit, a
+        # RuntimeError that would otherwise escape every caller.
+        raise PodClaimsError(["nested too deeply; it must be a flat JSON list of entries"]) from None
     if not isinstance(raw, list):
         raise PodClaimsError(
             [f"must be a JSON list of entries like "

@@ -61,6 +61,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
         review = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadReview(f"the body is not JSON: {e}") from None
+    except RecursionError:
+        raise BadReview("the body is JSON nested too deeply") from None
     if not isinstance(review, dict):
         raise BadReview("the body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
