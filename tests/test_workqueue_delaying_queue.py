@@ -178,3 +178,30 @@ def test_add_after_waits_on_the_real_clock_by_default() -> None:
     # get blocks until the waiting thread adds the item.
     assert q.get() == ("a", False)
     q.shut_down()
+
+
+def test_a_delay_of_centuries_does_not_kill_the_waiting_thread() -> None:
+    # A GPUClaim whose status.rejectedNodes[].until is 9999-12-31 (valid for
+    # the CRD's date-time format) requeued its keys ~2.5e11 s ahead; waiting
+    # that long raised OverflowError in the waiting thread, which died, and
+    # no delayed key (retries with backoff included) was ever added again.
+    q: DelayingQueue[str] = DelayingQueue()
+    try:
+        q.add_after("far", 2.5e11)
+        q.add_after("inf", float("inf"))
+        deadline = threading.Event()
+        deadline.wait(0.2)  # the waiting thread now sleeps until "far"
+        assert [t for t in delay_threads() if t.is_alive()]
+        q.add_after("soon", 0.01)
+        for _ in range(100):
+            if q.len():
+                break
+            deadline.wait(0.02)
+        assert q.get() == ("soon", False)
+    finally:
+        q.shut_down()
+
+
+def test_a_nan_delay_adds_at_once(q: DelayingQueue[str]) -> None:
+    q.add_after("a", float("nan"))
+    assert q.len() == 1

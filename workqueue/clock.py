@@ -54,7 +54,11 @@ class RealClock:
             return
         timeout = deadline - time.monotonic()
         if timeout > 0:
-            cond.wait(timeout)
+            # Condition.wait raises OverflowError past TIMEOUT_MAX (~292
+            # years): a deadline that far off (an item added with a huge
+            # delay) would kill the thread that waits for it. Waking once in
+            # 292 years instead changes nothing.
+            cond.wait(min(timeout, threading.TIMEOUT_MAX))
 
 
 class _Sleeper:

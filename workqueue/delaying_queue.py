@@ -76,7 +76,7 @@ class DelayingQueue(Queue[T]):
                 return
             if self._retries is not None:
                 self._retries.inc()
-            if delay <= 0:
+            if not delay > 0:  # NaN too: it has no place in the heap's order
                 self._add_locked(item)
                 return
             ready_at = self._clock.monotonic() + delay
