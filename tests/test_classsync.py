@@ -31,3 +31,12 @@ def test_ready_nodes_offering_the_class_and_bound_claims_are_counted() -> None:
 
 def test_a_class_nobody_offers_has_zero_figures() -> None:
     assert class_figures(ClassInfo("h100", GPU), [], []) == {"nodes": 0, "allocatable": 0, "bound": 0}
+
+
+def test_figures_stay_within_the_int64_of_the_status_schema() -> None:
+    # status.allocatable is an int64 in the CRD: a larger sum is refused
+    # (422) on every write, so the class's key was retried for ever.
+    huge = 2**63 - 1
+    nodes = [NodeInfo(n, allocatable={GPU: huge}) for n in ("a", "b")]
+    figures = class_figures(ClassInfo("a100", GPU), nodes, [claim(2**31 - 1)] * 5)
+    assert figures == {"nodes": 2, "allocatable": huge, "bound": 5 * (2**31 - 1)}

@@ -20,6 +20,7 @@ from gpuclaimctl.state import indexes
 from gpuclaimctl.sync.context import SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.classes")
+INT64_MAX = 2**63 - 1
 Obj = dict[str, Any]
 
 
@@ -32,7 +33,9 @@ def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
         count = (c.get("spec") or {}).get("count")
         if (c.get("status") or {}).get("phase") == api.Phase.BOUND and isinstance(count, int):
             bound += count
-    return {"nodes": offering, "allocatable": allocatable, "bound": bound}
+    # The CRD's status fields are int64: a sum past it (two nodes reporting
+    # "9223372036854775807", say) is refused with 422 on every retry, for ever.
+    return {"nodes": offering, "allocatable": min(allocatable, INT64_MAX), "bound": min(bound, INT64_MAX)}
 
 
 def sync_class(ctx: SyncContext, name: str) -> None:
