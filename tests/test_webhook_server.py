@@ -308,3 +308,20 @@ def test_after_sigterm_the_webhook_says_it_is_going_and_keeps_answering_a_moment
         assert time.monotonic() - started >= 0.5
     finally:
         wh.server.stop()
+
+
+@pytest.mark.parametrize("obj", [
+    {"metadata": "x"}, {"metadata": {"annotations": []}}, {"metadata": {"annotations": {"a": 1}}},
+    {"spec": "x"}, {"spec": {"containers": "x"}}, {"spec": {"containers": [1]}},
+    {"spec": {"initContainers": [{"resources": []}]}}, {"spec": {"containers": [{"resources": {"limits": 5}}]}},
+    {"spec": {"overhead": "x"}}, {"spec": {"schedulingGates": {}}}, {"spec": {"nodeName": 3}},
+])
+def test_a_pod_of_the_wrong_shape_is_a_bad_review_not_a_crash_of_the_webhook(obj: dict[str, Any]) -> None:
+    # The webhooks read these parts of a pod without checking each step:
+    # such a body made them raise AttributeError, answered 500.
+    body = json.dumps(review(object=obj)).encode()
+    with pytest.raises(BadReview):
+        parse_review(body)
+    body = json.dumps(review(operation="UPDATE", object={"metadata": {}}, oldObject=obj)).encode()
+    with pytest.raises(BadReview):
+        parse_review(body)

@@ -89,6 +89,11 @@ def parse_review(body: bytes) -> AdmissionRequest:
             raise BadReview(f"a {operation.value} request needs an {what}")
         if value is not None and not isinstance(value, dict):
             raise BadReview(f"{what} is not an object")
+    if resource.get("group") in ("", None) and resource.get("resource") == "pods" \
+            and not request.get("subResource"):
+        for what, value in (("object", obj), ("oldObject", old)):
+            if value is not None:
+                _check_pod_shape(what, value)
     return AdmissionRequest(
         uid=uid,
         operation=operation,
@@ -102,6 +107,36 @@ def parse_review(body: bytes) -> AdmissionRequest:
         old_object=old,
         dry_run=request.get("dryRun") is True,
     )
+
+
+def _check_pod_shape(what: str, pod: Mapping[str, Any]) -> None:
+    """BadReview unless the parts of a pod the webhooks read have the API's
+    shape (the API server never sends another; a hand-made review may): the
+    webhooks then read them without checking each step."""
+    def expect(path: str, value: Any, kind: type, name: str) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise BadReview(f"{what}.{path} is not {name}")
+
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    expect("metadata", meta, dict, "an object")
+    expect("spec", spec, dict, "an object")
+    annotations = (meta or {}).get("annotations")
+    expect("metadata.annotations", annotations, dict, "an object")
+    for key, value in (annotations or {}).items():
+        expect(f"metadata.annotations[{key!r}]", value, str, "a string")
+    spec = spec or {}
+    expect("spec.nodeName", spec.get("nodeName"), str, "a string")
+    expect("spec.overhead", spec.get("overhead"), dict, "an object")
+    expect("spec.schedulingGates", spec.get("schedulingGates"), list, "a list")
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group)
+        expect(f"spec.{group}", containers, list, "a list")
+        for i, c in enumerate(containers or ()):
+            expect(f"spec.{group}[{i}]", c, dict, "an object")
+            resources = (c or {}).get("resources")
+            expect(f"spec.{group}[{i}].resources", resources, dict, "an object")
+            for part in ("requests", "limits"):
+                expect(f"spec.{group}[{i}].resources.{part}", (resources or {}).get(part), dict, "an object")
 
 
 def _text(value: Any) -> str:
