@@ -207,3 +207,32 @@ def test_a_client_with_a_proxy_keeps_urllib3() -> None:
     configuration = client.Configuration(host="https://10.0.0.1:6443")
     configuration.proxy = "http://proxy:3128"
     assert Http11.for_client(client.ApiClient(configuration), "https://10.0.0.1:6443") is None
+
+
+def test_a_write_whose_process_paused_after_the_fence_check_never_leaves() -> None:
+    """DESIGN I3: the fence passed, then the process was stopped (SIGSTOP)
+    past its lease before the request went out. When it runs again, the
+    request must not leave with a timeout taken afresh: the fence is asked
+    again right before the bytes are sent."""
+    from gpuclaimctl.client.fence import NotLeader, WriteFence
+    from tests.test_kube_ratelimit import FakeTime
+
+    server = Server(ok(b"{}"))
+    fake = FakeTime()
+    fence = WriteFence(fake.clock)
+    fence.extend(fake.now, 3.0, 4.0)
+
+    def stopped_right_after_the_check() -> float:
+        left = fence.check()
+        fake.now += 30.0  # SIGSTOP ... SIGCONT, well past the lease
+        return left
+
+    try:
+        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.port}"))
+        with pytest.raises(NotLeader):
+            kube.request(api, "PUT", "/apis/x/v1/namespaces/ns/things/a", body={"a": 1},
+                         fence=stopped_right_after_the_check)
+        time.sleep(0.2)  # anything sent would have reached the server by now
+        assert server.requests == []
+    finally:
+        server.close()

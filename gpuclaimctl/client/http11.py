@@ -27,7 +27,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 # A status line or header line longer than this is not the API server.
 _MAX_LINE = 65536
@@ -69,14 +69,20 @@ class Http11:
         return cls(pool, max_idle=int(getattr(getattr(pool, "pool", None), "maxsize", 0) or 32))
 
     def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None,
-                timeout: float) -> tuple[int, bytes]:
+                timeout: float, fence: Callable[[], float] | None = None) -> tuple[int, bytes]:
         """Send one request; return (status, body). `target`: path and query.
-        `timeout` bounds the whole exchange, connecting included."""
+        `timeout` bounds the whole exchange, connecting included. `fence`,
+        when given, is called again once the connection is ready, right
+        before the first byte of the request is sent (DESIGN I3): what it
+        raises stops the request there, and what it returns cuts the time
+        left. A check made earlier by the caller is not enough: a pause
+        (SIGSTOP) after it, before this deadline was taken, would let the
+        write leave with a fresh timeout once the process runs again."""
         deadline = time.monotonic() + timeout
         head = _head(method, target, self._host, headers, body)
         conn = self._take(deadline)
         try:
-            status, data, keep = conn.exchange(head, body, deadline)
+            status, data, keep = conn.exchange(head, body, deadline, fence)
         except BaseException:
             conn.close()
             raise
@@ -153,10 +159,15 @@ class _Conn:
             return False
         return not readable
 
-    def exchange(self, head: bytes, body: bytes | None, deadline: float) -> tuple[int, bytes, bool]:
+    def exchange(self, head: bytes, body: bytes | None, deadline: float,
+                 fence: Callable[[], float] | None = None) -> tuple[int, bytes, bool]:
+        data_out = head + body if body else head
+        if fence is not None:
+            # Raises (NotLeader: not an OSError) to keep the request in.
+            deadline = min(deadline, time.monotonic() + fence())
         try:
             self._timeout(deadline)
-            self.sock.sendall(head + body if body else head)
+            self.sock.sendall(data_out)
             status, fields = self._read_head(deadline)
             while 100 <= status < 200:  # an interim answer: the real one follows
                 status, fields = self._read_head(deadline)

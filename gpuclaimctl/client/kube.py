@@ -94,9 +94,10 @@ def request(
     """Send one request; return the body bytes or raise ApiError.
 
     `limiter`, when given, is waited on for a token first. `fence`, when
-    given, is called right before the request leaves (after that wait,
-    which may be long): it raises to stop the request, or returns the most
-    seconds the request may take.
+    given, is called after that wait (which may be long) and again right
+    before the request's bytes leave (the lean transport; after connecting):
+    it raises to stop the request, or returns the most seconds the request
+    may take.
     """
     if limiter is not None:
         limiter.wait()
@@ -111,8 +112,11 @@ def request(
         timeout = min(timeout, fence())
     transport = _transport(api_client, base)
     if transport is not None:
-        status, data = transport.request(method, _base_path(base) + target, headers, payload, timeout)
+        # The fence again, once the connection is ready: see Http11.request.
+        status, data = transport.request(method, _base_path(base) + target, headers, payload,
+                                         timeout, fence)
     else:
+        # urllib3 (a proxy): no hook before the send; the check above stands.
         resp = api_client.rest_client.pool_manager.request(
             method, base + target, body=payload, headers=headers, retries=False,
             timeout=urllib3.Timeout(total=timeout), preload_content=True)
