@@ -130,14 +130,21 @@ class Controller:
 
     # -- worker loop (sample-controller) ------------------------------------------
 
-    def run(self, workers: int, stop: threading.Event) -> None:
-        """Start `workers` threads; return once `stop` is set and they finished."""
+    def run(self, workers: int, stop: threading.Event) -> bool:
+        """Start `workers` threads; once `stop` is set, give in-flight syncs
+        `shutdown_timeout`. True if every worker finished, False if one is
+        still in a sync (perhaps in a write already on the wire)."""
         for i in range(workers):
             t = threading.Thread(target=self._run_worker, name=f"worker-{i}", daemon=True)
             t.start()
             self._workers.append(t)
         stop.wait()
-        self.shutdown(self.shutdown_timeout)
+        return self.shutdown(self.shutdown_timeout)
+
+    def join_workers(self) -> None:
+        """Wait, without limit, for every worker to finish."""
+        for t in self._workers:
+            t.join()
 
     def shutdown(self, timeout: float) -> bool:
         """No new work; wait up to `timeout` for in-flight syncs. True if they finished."""

@@ -421,6 +421,46 @@ def test_a_lost_lease_closes_the_fence_drops_the_queue_and_exits_1_at_once(
         "leader election ended: LOST; exiting so a standby takes over"]
 
 
+def test_workers_still_busy_after_the_shutdown_timeout_keep_the_leader_from_returning() -> None:
+    """on_started_leading returning is what lets the elector release the
+    Lease (a standby then takes over within a retry period). A worker still
+    in a sync after --shutdown-timeout may have a write on the wire that the
+    successor's first list of claims would not show: until it finishes, the
+    leader must not return, so the elector lets the Lease expire instead."""
+    busy = threading.Event()
+    calls: list[str] = []
+
+    class FakeController:
+        def has_synced(self) -> bool:
+            return True
+
+        def catch_up(self) -> int:
+            return 0
+
+        def run(self, workers: int, stop: threading.Event) -> bool:
+            return False  # stopped, and a worker outlived the shutdown timeout
+
+        def join_workers(self) -> None:
+            busy.wait()
+            calls.append("workers done")
+
+    class FakeRecorder:
+        def flush(self, timeout: float) -> bool:
+            calls.append("flush")
+            return True
+
+    stop = threading.Event()
+    leading = threading.Thread(target=app.lead_workers, args=(
+        FakeController(), FakeRecorder(), WriteFence(), 2, stop), daemon=True)
+    leading.start()
+    leading.join(0.3)
+    assert leading.is_alive(), "returned (and so let the Lease be released) while a worker was busy"
+    busy.set()
+    leading.join(5)
+    assert not leading.is_alive()
+    assert calls == ["workers done", "flush"]
+
+
 # -- issue 10, item 3: a leader paused past its lease (SIGSTOP, then SIGCONT) -----------
 
 MUTATING = {"create", "update", "patch", "delete", "deletecollection"}

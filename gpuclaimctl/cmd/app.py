@@ -238,13 +238,7 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
             return 0
 
         def lead(leading_stop: threading.Event) -> None:
-            log.info("became leader; starting %d workers", options.workers)
-            if not _wait_synced(controller, leading_stop) or not _catch_up(controller, leading_stop):
-                return
-            controller.run(options.workers, leading_stop)
-            # Before the elector closes the fence and releases the Lease; a
-            # lost Lease has closed the fence already, so this sends nothing.
-            recorder.flush(event_flush_budget(fence))
+            lead_workers(controller, recorder, fence, options.workers, leading_stop)
 
         def stopped() -> None:
             log.info("stopped leading")
@@ -263,6 +257,28 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
             webhook.stop()
         endpoints.stop()
         factory.shutdown()
+
+
+def lead_workers(controller: Controller, recorder: EventRecorder, fence: WriteFence,
+                 workers: int, stop: threading.Event) -> None:
+    """on_started_leading: run the workers until `stop`, then flush events.
+
+    Returns only once every worker has finished: the elector releases the
+    Lease only if this returned in time, and a worker still in a sync after
+    --shutdown-timeout may have a write on the wire that a successor's
+    first list would not show. Such a worker keeps this waiting, so the
+    elector gives up at the Lease's expiry and lets it run out instead.
+    """
+    log.info("became leader; starting %d workers", workers)
+    if not _wait_synced(controller, stop) or not _catch_up(controller, stop):
+        return
+    if not controller.run(workers, stop):
+        log.error("workers still busy after --shutdown-timeout; the Lease will not be "
+                  "released while they may write")
+        controller.join_workers()
+    # Before the elector closes the fence and releases the Lease; a
+    # lost Lease has closed the fence already, so this sends nothing.
+    recorder.flush(event_flush_budget(fence))
 
 
 def event_flush_budget(fence: WriteFence) -> float:
