@@ -214,3 +214,13 @@ def test_an_event_refused_by_the_fence_raises_while_an_api_error_is_only_logged(
         writer.event(pod, "Normal", "Placed", "placed on n1")
     assert len(api.sent) == 1
     assert "could not record event" not in caplog.text
+
+
+def test_a_fence_that_needs_a_lease_refuses_until_the_first_acquire(fake: FakeTime) -> None:
+    """With leader election on, a standby has never held the Lease: any write
+    it would send (whatever code sends it) is refused, not let through."""
+    fence = WriteFence(fake.clock, lease_required=True)
+    with pytest.raises(NotLeader):
+        fence.check()
+    fence.extend(fake.now, RENEW, LEASE)
+    assert fence.check() == pytest.approx(LEASE)

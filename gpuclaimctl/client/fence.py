@@ -15,8 +15,10 @@ before its elector has even noticed. ``check`` also says how long is left
 until the Lease could be taken over elsewhere, so a write's HTTP timeout
 can be cut to it.
 
-A fence that is never armed (no leader election) always allows. This module
-makes no requests and starts no threads.
+A fence that is never armed always allows -- unless made with
+``lease_required`` (leader election on): then it refuses until the first
+acquire, so a standby's writes are refused too, whatever code sends them.
+This module makes no requests and starts no threads.
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ class WriteFence:
     forever. Every method may be called from any thread.
     """
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic, *,
+                 lease_required: bool = False) -> None:
         self._monotonic = monotonic
+        # Refuse while never armed (a standby), rather than allow.
+        self._lease_required = lease_required
         self._lock = threading.Lock()
         self._armed = False
         # Writes may leave while monotonic() < _deadline.
@@ -86,6 +91,8 @@ class WriteFence:
             if self._closed_because:
                 raise NotLeader(f"not the leader: {self._closed_because}")
             if not self._armed:
+                if self._lease_required:
+                    raise NotLeader("not the leader: the Lease was never acquired")
                 return math.inf
             now = self._monotonic()
             if now >= self._deadline:

@@ -167,8 +167,9 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     # client-go exports no *_created series; neither do we.
     disable_created_metrics()
     registry = CollectorRegistry()
-    # Never armed without leader election, so then it always allows.
-    fence = WriteFence()
+    # Never armed without leader election, so then it always allows; with
+    # it, it refuses until the Lease is first acquired (a standby writes nothing).
+    fence = WriteFence(lease_required=options.leader_elect)
     recorder = build_recorder(api_client, options, registry, fence=fence)
     factory, controller = build(api_client, options, registry, fence=fence, recorder=recorder)
 
