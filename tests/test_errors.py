@@ -6,7 +6,15 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound, error_from_answer
+from gpuclaimctl.client.errors import (
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    NotFound,
+    error_from_answer,
+    surely_not_written,
+)
+from gpuclaimctl.client.fence import NotLeader
 from informers.errors import ApiStatusError
 
 
@@ -41,3 +49,19 @@ def test_the_status_details_informers_read_are_kept() -> None:
                          "details": {"retryAfterSeconds": 3}})
     e = error_from_answer(429, body)
     assert (e.retriable, e.retry_after) == (True, 3.0)
+
+
+@pytest.mark.parametrize("error, not_written", [
+    (Conflict("stale"), True),
+    (NotFound("gone"), True),
+    (ApiError(422, "Invalid", "bad"), True),
+    (ApiError(429, "TooManyRequests", "later"), True),
+    (NotLeader("fence closed"), True),
+    (ApiError(500, "InternalError", "etcd"), False),
+    (ApiError(504, "Timeout", "the server's own timeout; its handler goes on"), False),
+    (TimeoutError("no answer"), False),
+    (ConnectionResetError("dropped"), False),
+], ids=["409", "404", "422", "429", "fence", "500", "504", "timeout", "reset"])
+def test_only_a_4xx_or_the_fence_means_a_write_surely_changed_nothing(
+        error: BaseException, not_written: bool) -> None:
+    assert surely_not_written(error) is not_written

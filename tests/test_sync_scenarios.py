@@ -178,6 +178,52 @@ def test_a_bind_whose_answer_was_lost_counts_until_its_fate_is_known(landed: boo
     assert s.bound_on("n0") == 4
 
 
+def test_a_bind_still_on_the_server_when_its_answer_was_lost_is_not_settled_free_by_a_read() -> None:
+    """The client gave up on a bind the server was still working on: a live
+    read at once shows the claim at its base version, and the bind lands
+    after it. The read must not end the count before the server itself has
+    given up on the request (LOST_WRITE_WINDOW), or the GPUs go to another
+    pod and the late bind overcommits the node."""
+    s = Story(nodes=(4,))
+    s.claim("mine", 4)  # a user's claim: it outlives the pod
+    s.pod("p1", [{"name": "g", "claim": "mine"}])
+    s.see_all()
+    s.fake.inject("update_claim_status", lost_answer(), landed=False, later=True)
+    s.sync("pod:team/p1")  # the finalizer, then the bind: no answer, the server still has it
+    late, = s.fake.late
+    s.fake.delete(PODS, NS, "p1")  # gated: gone at once; nothing will bind the claim again
+    s.see_all()
+    s.sync("claim:team/mine")  # a live read would show the claim still at the bind's base
+    s.pod("p2", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/p2")
+    assert s.gated("p2"), "the GPUs of a bind that may still land went to another pod"
+    s.t += 10
+    s.fake.resolve_late(late, land=True)
+    s.see_all()
+    assert s.bound_on("n0") <= 4
+    s.drain()
+    s.check_quiet()
+
+
+def test_a_bind_whose_answer_was_lost_and_never_landed_frees_its_gpus_after_the_window() -> None:
+    s = Story(nodes=(4,))
+    s.claim("mine", 4)
+    s.pod("p1", [{"name": "g", "claim": "mine"}])
+    s.see_all()
+    s.fake.inject("update_claim_status", lost_answer(), landed=False, later=True)
+    s.sync("pod:team/p1")
+    late, = s.fake.late
+    s.fake.delete(PODS, NS, "p1")
+    s.fake.resolve_late(late, land=False)
+    s.pod("p2", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/p2")
+    assert s.gated("p2")
+    s.drain()  # runs the claim's re-queued settle once the window has passed
+    assert not s.gated("p2") and s.bound_on("n0") == 4
+
+
 def settle_refusal(s: Story, key: str) -> None:
     """Sync a refused pod once (the refusal is seen), and again once it lasted."""
     s.sync(key)

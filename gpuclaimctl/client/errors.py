@@ -87,3 +87,17 @@ def error_from_answer(status: int, body: bytes) -> ApiError:
     except orjson.JSONDecodeError:
         decoded = body.decode(errors="replace")
     return ApiError.from_status(decoded, status)
+
+
+def surely_not_written(e: BaseException) -> bool:
+    """Did the request that raised `e` surely change nothing? A 4xx answer
+    is the API server refusing it before any write (a conflict, a refused
+    body, a missing object, throttling); a write the fence kept in never
+    left. Anything else -- a timeout, a dropped connection, a 5xx (the
+    server's own timeout answers 504 while its handler goes on) -- may have
+    landed, or may land yet."""
+    from gpuclaimctl.client.fence import NotLeader  # the fence imports nothing of ours
+
+    if isinstance(e, NotLeader):
+        return True
+    return isinstance(e, ApiError) and 400 <= e.status < 500

@@ -18,7 +18,10 @@ There is no time-to-live: an entry that ended on a clock while the watch
 lagged behind would uncount GPUs in use (DESIGN I1). A lost answer whose
 write did not land and that nothing else follows leaves the claim at its
 base version; `unresolved()` lists those, and the claim sync settles each
-with one live read.
+with one live read -- but only once LOST_WRITE_WINDOW has passed since the
+answer was lost: until the API server itself has given up on the request,
+a read showing the base version says nothing, as the write may still land
+after it.
 
 resourceVersions are compared as integers, as the scheduler's assume cache
 does (etcd revisions); one that does not parse never ends an entry by
@@ -36,8 +39,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from gpuclaimctl.model.snapshot import PodRef
+
+
+# How long after a write's answer was lost the write may still land: the
+# API server works on a request until its deadline (kube-apiserver's
+# --request-timeout, 60 s by default) even when the client has given up,
+# plus a margin for the storage write it had begun by then.
+LOST_WRITE_WINDOW = 65.0
 
 
 class WriteState(enum.Enum):
@@ -61,6 +72,15 @@ class InFlight:
     # Where the claim counts against GPUBudgets (decide.budget).
     namespace: str = ""
     class_name: str = ""
+    # With SETTLING: when the answer was lost (None: refused, nothing was
+    # written). A live read settles it only LOST_WRITE_WINDOW after this.
+    lost_at: datetime | None = None
+
+    def settle_after(self, now: datetime) -> float:
+        """Seconds until a live read may tell whether this write landed."""
+        if self.lost_at is None:
+            return 0.0
+        return max(0.0, LOST_WRITE_WINDOW - (now - self.lost_at).total_seconds())
 
     def ended_by(self, rv_seen: int) -> bool:
         """Does a claim version `rv_seen` account for this write?"""
@@ -113,9 +133,11 @@ class InFlightPlacements:
             self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=parse_rv(rv))
             self._end_if_seen(claim_uid)
 
-    def settling(self, claim_uid: str, base: str | None = None) -> None:
-        """The write failed (refused, or its answer lost): the entry ends with
-        the next version after `base` (default: the entry's own base)."""
+    def settling(self, claim_uid: str, base: str | None = None, *,
+                 lost_at: datetime | None = None) -> None:
+        """The write failed (refused, or its answer lost at `lost_at`): the
+        entry ends with the next version after `base` (default: the entry's
+        own base)."""
         entry = self._entries.get(claim_uid)
         if entry is not None:
             b = entry.base if base is None else parse_rv(base)
@@ -126,12 +148,16 @@ class InFlightPlacements:
                 # seeing. Settling on the older base would end the entry on
                 # a version between the two, before the bind shows.
                 return
-            self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, base=b)
+            if entry.lost_at is not None and (lost_at is None or entry.lost_at > lost_at):
+                lost_at = entry.lost_at  # an earlier lost answer may still land
+            self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, base=b,
+                                               lost_at=lost_at)
             self._end_if_seen(claim_uid)
 
     def settled(self, claim_uid: str, live_rv: str) -> None:
         """A live read shows the claim at `live_rv`: once the informer shows
-        that version, it accounts for whatever the write did."""
+        that version, it accounts for whatever the write did. The caller
+        reads only once `settle_after` is 0 (a lost write can land no more)."""
         entry = self._entries.get(claim_uid)
         if entry is None:
             return

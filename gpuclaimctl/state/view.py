@@ -240,11 +240,14 @@ class ClusterView:
         with self.lock:
             self.inflight.written(claim_uid, rv)
 
-    def write_failed(self, claim_uid: str, base: str | None = None) -> Change:
-        """Refused, or its answer lost: counted until a newer version shows
-        (which may have shown already: then the GPUs may be free now)."""
+    def write_failed(self, claim_uid: str, base: str | None = None, *,
+                     lost_at: datetime | None = None) -> Change:
+        """Refused, or its answer lost (at `lost_at`): counted until a newer
+        version shows (which may have shown already: then the GPUs may be
+        free now)."""
         with self.lock:
-            return self._ending(claim_uid, lambda: self.inflight.settling(claim_uid, base))
+            return self._ending(claim_uid, lambda: self.inflight.settling(
+                claim_uid, base, lost_at=lost_at))
 
     def not_sent(self, claim_uid: str) -> Change:
         with self.lock:

@@ -95,11 +95,19 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
 
 def _settle_inflight(ctx: SyncContext, claim: Obj) -> None:
     """A bind whose answer was lost, that nothing has followed since: one
-    live read tells whether it landed (see state.inflight)."""
+    live read tells whether it landed, once it can land no more (see
+    state.inflight)."""
     uid = claim["metadata"].get("uid", "")
-    if not any(e.claim_uid == uid for e in ctx.view.unresolved()):
+    entry = next((e for e in ctx.view.unresolved() if e.claim_uid == uid), None)
+    if entry is None:
         return
     meta = claim["metadata"]
+    wait = entry.settle_after(ctx.now())
+    if wait > 0:
+        # The server may still be working on it: a read now could show the
+        # base version and the write land after it.
+        ctx.enqueue_after(CLAIM + keys.key_of(claim), wait + 0.1)
+        return
     live = ctx.writer.get_claim(meta["namespace"], meta["name"])
     if live is None or live["metadata"].get("uid") != uid:
         return  # gone: the informer's delete ends the entry

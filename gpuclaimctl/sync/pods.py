@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound
+from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound, surely_not_written
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed, Waiting, decide
 from gpuclaimctl.decide.podplan import Found, ToCreate
@@ -255,10 +255,13 @@ def _bind(ctx: SyncContext, pod: Obj, claim: Mapping[str, Any], node: str, resou
             claim = ctx.writer.update_claim(finalized)
             base = claim["metadata"].get("resourceVersion", "")
         written = ctx.writer.update_claim_status(podplan.bound_claim(claim, pod, node, resource))
-    except Exception:
-        # Refused (nothing written) or its answer lost (it may have landed):
-        # either way the next version after `base` shows what happened.
-        ctx.wake(ctx.view.write_failed(uid, base))
+    except Exception as e:
+        # Refused (nothing written) or its answer lost (it may have landed,
+        # or land yet): either way the next version after `base` shows what
+        # happened; a lost one is not settled by a read before the server
+        # has given up on it (state.inflight.LOST_WRITE_WINDOW).
+        lost_at = None if surely_not_written(e) else ctx.now()
+        ctx.wake(ctx.view.write_failed(uid, base, lost_at=lost_at))
         ctx.enqueue(CLAIM + keys.key_of(claim))
         raise
     ctx.view.written(uid, written["metadata"].get("resourceVersion", ""))

@@ -159,6 +159,18 @@ class _Part(Enum):
 class _Fault:
     error: BaseException
     landed: bool
+    # Neither yet: the server is still working on the write when its answer
+    # is lost, and it lands (or not) later; see `late`.
+    later: bool = False
+
+
+@dataclass(frozen=True)
+class LateWrite:
+    """A write whose answer was lost while the server still had it."""
+
+    method: str
+    sent_at: datetime
+    perform: Callable[[], Any]
 
 
 class FakeApi:
@@ -178,6 +190,9 @@ class FakeApi:
         self._store: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
         self._log: dict[str, list[WatchEvent]] = {kind: [] for kind in KINDS}
         self._faults: dict[str, deque[_Fault]] = {}
+        # Writes answered with a lost answer that have not landed yet, oldest
+        # first: the harness lands or drops each (`resolve_late`).
+        self.late: list[LateWrite] = []
         # Events the controller recorded, in order.
         self.events: list[RecordedEvent] = []
         # Every Writer method called, in order (reads too), injected or not.
@@ -278,14 +293,28 @@ class FakeApi:
 
     # -- fault injection ---------------------------------------------------------
 
-    def inject(self, method_name: str, error: BaseException, *, landed: bool) -> None:
+    def inject(self, method_name: str, error: BaseException, *, landed: bool,
+               later: bool = False) -> None:
         """Make the next call of a Writer method raise `error`, after applying
         the write when `landed` (an answer lost after the write landed) or
-        without applying it. Several injections on one method queue up. An
-        ApiError is turned into what the real Writer raises for that status."""
+        without applying it; with `later`, the write is kept in `late` to
+        land (or not) when the harness says, as a server still working on a
+        request whose client gave up does. Several injections on one method
+        queue up. An ApiError is turned into what the real Writer raises for
+        that status."""
         if method_name not in WRITER_METHODS:
             raise ValueError(f"{method_name!r} is not a Writer method: {WRITER_METHODS}")
-        self._faults.setdefault(method_name, deque()).append(_Fault(error, landed))
+        self._faults.setdefault(method_name, deque()).append(_Fault(error, landed, later))
+
+    def resolve_late(self, write: LateWrite, land: bool) -> None:
+        """A late write lands now (against what the store holds now: a stale
+        resourceVersion makes it fail, as it would on the server) or never."""
+        self.late.remove(write)
+        if land:
+            try:
+                write.perform()
+            except ApiError:
+                pass  # refused: its precondition no longer holds
 
     def clear_faults(self) -> None:
         self._faults.clear()
@@ -301,7 +330,9 @@ class FakeApi:
         try:
             if fault is None:
                 return perform()
-            if fault.landed:
+            if fault.later:
+                self.late.append(LateWrite(method, self._clock(), perform))
+            elif fault.landed:
                 try:
                     perform()
                 except ApiError:

@@ -71,6 +71,10 @@ KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES, PVCS, PVS)
 NS = "team"
 RESOURCE = "example.com/gpu"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+# A write whose answer was lost lands within this many seconds of being
+# sent, or never: below the controller's LOST_WRITE_WINDOW, which is what
+# it waits before a live read may settle such a write as not landed.
+SIM_LATE_LANDING = 40.0
 
 
 class Crash(BaseException):
@@ -359,6 +363,7 @@ class Sim:
 
     def step(self, step: int) -> None:
         self.t += self.rng.choice((0.0, 0.01, 0.1, 1.0))
+        self.land_late_writes()
         self.ctl.queue.promote()
         roll = self.rng.random()
         try:
@@ -423,14 +428,26 @@ class Sim:
                 self.note(f"  at {method}: events arrive")
                 self.deliver()
             elif roll < 0.3:
-                landed = self.rng.random() < 0.5
-                self.note(f"  at {method}: answer lost (landed={landed})")
-                self.fake.inject(method, lost_answer(), landed=landed)
+                fate = self.rng.choice(("landed", "not landed", "landing later"))
+                self.note(f"  at {method}: answer lost ({fate})")
+                self.fake.inject(method, lost_answer(), landed=fate == "landed",
+                                 later=fate == "landing later")
             elif roll < 0.32 and method != "event":
                 self.note(f"  at {method}: the process dies")
                 raise Crash()
         finally:
             self.depth -= 1
+
+    def land_late_writes(self, *, all_now: bool = False) -> None:
+        """Writes whose answers were lost while the server still had them
+        land now or never, each within SIM_LATE_LANDING of being sent (the
+        API server gives up on a request at its deadline)."""
+        for w in list(self.fake.late):
+            age = (self.now() - w.sent_at).total_seconds()
+            if all_now or age >= SIM_LATE_LANDING or self.rng.random() < 0.05:
+                land = self.rng.random() < 0.7
+                self.note(f"late {w.method} (sent at {age:.2f}s ago) {'lands' if land else 'never lands'}")
+                self.fake.resolve_late(w, land)
 
     def crash_and_restart(self, takeover: bool) -> None:
         self.note("crash" if not takeover else "leader change")
@@ -439,8 +456,15 @@ class Sim:
     def restart(self, takeover: bool) -> None:
         """A new process (or a standby taking over): its caches start from
         a list; a standby's may lag behind the old leader's last writes,
-        which its catch-up must count."""
+        which its catch-up must count.
+
+        The dead process's late writes land (or not) before the new one
+        lists: its connections closed, so the server drops what it had
+        queued and finishes what it was executing, in far less than the
+        lease duration less the renew deadline that lies between the old
+        leader's last write and any takeover."""
         self.fake.clear_faults()
+        self.land_late_writes(all_now=True)
         new = Controller(self)
         if takeover:
             # The standby's caches were filled some time ago: replay only
@@ -588,6 +612,7 @@ class Sim:
         nothing changes."""
         self.fake.before_write = None
         self.fake.clear_faults()
+        self.land_late_writes(all_now=True)
         # One key per round: a longer run leaves more objects, and so more
         # keys, to settle (at 1,000 steps some seeds needed more than 400).
         rounds = max(400, 2 * self.steps)
