@@ -235,3 +235,18 @@ def test_every_request_the_writer_sends_waits_for_its_limiter(fake: FakeTime) ->
     writer.event({"metadata": {"namespace": "ns", "name": "p"}}, "Normal", "Placed", "on n1")
     assert fake.slept == pytest.approx([1.0, 1.0, 1.0])  # the first token was in the bucket
     assert len(api.sent) == 4
+
+
+def test_a_part_of_the_process_gets_a_client_whose_user_agent_names_it() -> None:
+    """The Lease, the webhook's certificates and the metrics reviews are sent
+    by every replica, leading or not: an audit log must tell them apart from
+    the leader's writes, which keep the bare User-Agent."""
+    from kubernetes import client as k8s
+
+    base = k8s.ApiClient(k8s.Configuration(host="https://10.0.0.1:6443"))
+    base.user_agent = "gpuclaimctl/1 host 42"
+    made = kube.client_for(base, "webhook", retries=0)
+    assert made.user_agent == "gpuclaimctl/1 host 42 webhook"
+    assert base.user_agent == "gpuclaimctl/1 host 42"
+    assert made.configuration.host == base.configuration.host
+    assert made.configuration.retries == 0 and made.configuration is not base.configuration

@@ -13,6 +13,8 @@ state between calls.
 
 from __future__ import annotations
 
+import copy
+
 import threading
 import time
 import weakref
@@ -54,6 +56,22 @@ def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient
             "no cluster to talk to: not running in a pod; pass --kubeconfig (and --context)"
         ) from None
     return client.ApiClient(configuration)
+
+
+def client_for(api_client: client.ApiClient, role: str, *,
+               retries: int | None = None) -> client.ApiClient:
+    """Its own client for one part of the process, from a copy of
+    `api_client`'s configuration, whose User-Agent ends in `role`: the
+    Lease ("leader-election"), the webhook's certificates, the metrics
+    endpoint's reviews. The controller's own reads and writes keep the bare
+    User-Agent, so an audit log tells them apart from what every replica
+    sends whether it leads or not."""
+    configuration = copy.deepcopy(api_client.configuration)
+    if retries is not None:
+        configuration.retries = retries
+    made = client.ApiClient(configuration)
+    made.user_agent = f"{api_client.user_agent} {role}"
+    return made
 
 
 class TokenBucket:

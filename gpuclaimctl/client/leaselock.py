@@ -73,10 +73,7 @@ class LeaseLock:
     _API = "/apis/coordination.k8s.io/v1"
 
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str) -> None:
-        configuration = copy.deepcopy(api_client.configuration)
-        configuration.retries = 0
-        self._client = client.ApiClient(configuration)
-        self._client.user_agent = f"{api_client.user_agent} leader-election"
+        self._client = kube.client_for(api_client, "leader-election", retries=0)
         self._namespace = namespace
         self._name = name
         self._collection = f"{self._API}/namespaces/{namespace}/leases"

@@ -16,7 +16,9 @@ one error line is logged and the process exits 1 at once, without waiting
 for its workers and without releasing the Lease.
 
 Every request carries a User-Agent naming this process
-(`gpuclaimctl/<version> <identity>`), so an audit log tells replicas apart.
+(`gpuclaimctl/<version> <identity>`), so an audit log tells replicas apart;
+what every replica sends whether it leads or not ends in a word of its own
+(` leader-election`, ` webhook`, ` metrics-auth`; kube.client_for).
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     metrics_tls, authorize = None, None
     if options.metrics_secure:
         metrics_tls = self_signed_tls(["localhost", "127.0.0.1", socket.gethostname()])
-        authorize = ApiServerAuth(api_client).check
+        authorize = ApiServerAuth(kube.client_for(api_client, "metrics-auth")).check
     endpoints = EndpointServer(registry=registry, metrics_address=options.metrics_bind_address,
                                health_address=options.health_bind_address,
                                healthz=healthz, readyz=readyz,

@@ -121,7 +121,9 @@ class Webhook:
     def __init__(self, api_client: client.ApiClient, options: Options, factory: SharedInformerFactory,
                  *, registry: CollectorRegistry | None = None, policy: CertPolicy = CertPolicy(),
                  cert_interval: float = 60.0) -> None:
-        self._api = api_client
+        # Every replica's webhook sends these, the standby's too: a User-Agent
+        # of their own keeps them apart from the leader's writes.
+        self._api = kube.client_for(api_client, "webhook")
         self.view = CacheView(factory)
         cert_dir = Path(options.webhook_cert_dir)
         self.server = WebhookServer(
@@ -134,7 +136,7 @@ class Webhook:
         if options.webhook_self_signed:
             namespace, service = parse_service_ref(options.webhook_service)
             self.keeper = CertKeeper(
-                api_client, namespace=namespace, secret=secret_name(service),
+                self._api, namespace=namespace, secret=secret_name(service),
                 hosts=[*service_hosts(namespace, service), *options.webhook_hosts],
                 configuration=options.webhook_configuration, cert_dir=cert_dir,
                 on_files=self.server.reload, policy=policy, interval=cert_interval)
