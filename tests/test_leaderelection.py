@@ -958,3 +958,20 @@ def test_an_unreachable_api_server_stops_the_leader_before_its_lease_expires(
     # request's worth of slack), so well before anyone may take over.
     assert a.stopped_at <= last_renewal + durations["renew_deadline"] + 0.5
     assert a.stopped_at < last_renewal + durations["lease_duration"]
+
+
+def test_a_renewal_that_would_start_after_the_renew_deadline_sends_nothing(h: Harness) -> None:
+    """The renew loop looked at the clock before its deadline, then the
+    process was paused: the attempt, starting past the deadline, must not
+    renew (and so reopen the fence of) a leader that should have ended."""
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    calls = len(h.server.calls)
+    deadline = h.clock.mono + a.config.renew_deadline
+    h.clock.advance(a.config.renew_deadline + 1.0)  # the pause
+    assert not a.try_acquire_or_renew(5.0, not_after=deadline)
+    assert len(h.server.calls) == calls  # not a request sent
+    with pytest.raises(NotLeader):
+        a.fence.check()
+    # Before the deadline the same call renews as ever.
+    assert a.try_acquire_or_renew(5.0, not_after=h.clock.mono + 1.0)

@@ -402,7 +402,7 @@ class LeaderElector:
                                "since_renewal": round(now - deadline + self.config.renew_deadline, 3)},
                     )
                     return ElectionOutcome.LOST
-                renewed = self.try_acquire_or_renew(deadline - now)
+                renewed = self.try_acquire_or_renew(deadline - now, not_after=deadline)
                 self._report_transition()
                 if renewed:
                     with self._cond:
@@ -443,14 +443,22 @@ class LeaderElector:
 
     # -- one attempt -----------------------------------------------------------
 
-    def try_acquire_or_renew(self, timeout: float) -> bool:
+    def try_acquire_or_renew(self, timeout: float, *, not_after: float | None = None) -> bool:
         """One attempt to take or renew the Lease; True when we hold it now.
 
-        ``timeout`` bounds the attempt's requests together. ``run`` loops
-        over this; tests call it directly to check the timing rules.
+        ``timeout`` bounds the attempt's requests together. ``not_after``
+        (monotonic), when given, is the renew deadline: an attempt that
+        would start at or after it (the process paused since its caller
+        looked at the clock) sends nothing and fails, so a leader past its
+        deadline ends rather than renews. ``run`` loops over this; tests
+        call it directly to check the timing rules.
         """
         start = self._clock.monotonic()
         attempt_deadline = start + timeout
+        if not_after is not None:
+            if start >= not_after:
+                return False
+            attempt_deadline = min(attempt_deadline, not_after)
         stamp = micro_time(self._clock.now())
         desired = LeaderElectionRecord(
             holder_identity=self.config.identity,
