@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from gpuclaimctl.client.fence import NotLeader
 from informers.errors import ApiStatusError
 
 
@@ -96,8 +97,6 @@ def surely_not_written(e: BaseException) -> bool:
     left. Anything else -- a timeout, a dropped connection, a 5xx (the
     server's own timeout answers 504 while its handler goes on) -- may have
     landed, or may land yet."""
-    from gpuclaimctl.client.fence import NotLeader  # the fence imports nothing of ours
-
     if isinstance(e, NotLeader):
         return True
     return isinstance(e, ApiError) and 400 <= e.status < 500
