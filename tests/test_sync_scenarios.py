@@ -224,6 +224,62 @@ def test_a_bind_whose_answer_was_lost_and_never_landed_frees_its_gpus_after_the_
     assert not s.gated("p2") and s.bound_on("n0") == 4
 
 
+def test_a_release_whose_answer_was_lost_keeps_the_set_on_its_node_until_it_can_land_no_more() -> None:
+    """The release patch got no answer and lands while the cache still shows
+    the pod gated; the node is cordoned meanwhile (onCordon Move). Moving
+    the claims elsewhere then would leave the pod pinned to one node and its
+    claims bound on another. The set stays until the release is known."""
+    s = Story(nodes=(4, 4))
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.fake.inject("patch_pod", lost_answer(), landed=False, later=True)
+    s.sync("pod:team/p1")  # create, bind, release: the release's answer is lost
+    late, = s.fake.late
+    claim = s.fake.get(CLAIMS, NS, "p1-g")
+    assert claim is not None
+    first = claim["status"]["nodeName"]
+    node = s.fake.get(NODES, "", first)
+    assert node is not None
+    node.setdefault("spec", {})["unschedulable"] = True
+    s.fake.update(NODES, node)
+    s.see_all()  # the node is cordoned; the pod is still gated
+    # If the claims move, the release lands just then.
+    s.at_write("update_claim_status", lambda: s.fake.resolve_late(late, land=True))
+    s.sync("pod:team/p1")
+    if late in s.fake.late:
+        s.fake.resolve_late(late, land=True)
+    s.see_all()
+    s.drain()
+    pod = s.fake.get(PODS, NS, "p1")
+    claim = s.fake.get(CLAIMS, NS, "p1-g")
+    assert pod is not None and claim is not None and not s.gated("p1")
+    assert pod["metadata"]["annotations"][api.PLACED_NODE_ANNOTATION] == first
+    assert claim["status"]["nodeName"] == first, "the claims moved away from where the pod is pinned"
+
+
+def test_a_release_whose_answer_was_lost_and_never_landed_is_placed_again_after_the_window() -> None:
+    s = Story(nodes=(4, 4))
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.fake.inject("patch_pod", lost_answer(), landed=False, later=True)
+    s.sync("pod:team/p1")
+    late, = s.fake.late
+    s.fake.resolve_late(late, land=False)
+    first = (s.fake.get(CLAIMS, NS, "p1-g") or {})["status"]["nodeName"]
+    node = s.fake.get(NODES, "", first)
+    assert node is not None
+    node.setdefault("spec", {})["unschedulable"] = True
+    s.fake.update(NODES, node)
+    s.see_all()
+    s.sync("pod:team/p1")
+    assert s.gated("p1")  # held back: the lost release might still land
+    s.drain()  # the window passes: a live read shows it gated, and it moves
+    pod = s.fake.get(PODS, NS, "p1")
+    assert pod is not None and not s.gated("p1")
+    assert pod["metadata"]["annotations"][api.PLACED_NODE_ANNOTATION] != first
+    assert (s.fake.get(CLAIMS, NS, "p1-g") or {})["status"]["nodeName"] != first
+
+
 def settle_refusal(s: Story, key: str) -> None:
     """Sync a refused pod once (the refusal is seen), and again once it lasted."""
     s.sync(key)

@@ -55,6 +55,11 @@ class Memories:
     # WAITING_MESSAGE_REFRESH seconds.
     waiting_written: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
         TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_MESSAGE_REFRESH)))
+    # Pods (uid) whose release patch got no answer (it may have landed, or
+    # land yet): the node it pinned the pod to and when the answer was lost.
+    # Until the server has given up on it, the set must not move elsewhere.
+    release_in_doubt: LockedCache[str, tuple[str, datetime]] = field(
+        default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Rejections of template and inline sets: their claims die with the
     # refused pod, so the rejection lives with the set's identity (the
     # pod's owner and the entries) here, for --reject-for at most.

@@ -41,6 +41,7 @@ until the informer shows a version of the claim that accounts for it.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -67,6 +68,7 @@ from gpuclaimctl.model.snapshot import (
     parse_time,
 )
 from gpuclaimctl.model.podclaims import has_gate
+from gpuclaimctl.state.inflight import LOST_WRITE_WINDOW
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.pods")
@@ -94,6 +96,9 @@ def sync_pod(ctx: SyncContext, key: str) -> None:
 
 
 def _place(ctx: SyncContext, pod: Obj) -> None:
+    pinned = _release_in_doubt(ctx, pod)
+    if pinned is _Landed.RELEASED:
+        return
     try:
         entries = pod_claims(pod)
     except PodClaimsError as e:
@@ -130,13 +135,24 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy,
                               budgets=budgets,
                               budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
-            if isinstance(decision, Placed):
+            held_back = isinstance(decision, Placed) and pinned is not None and decision.node != pinned
+            if isinstance(decision, Placed) and not held_back:
                 for a in decision.new_gpus():
                     claim = raw[a.claim]
                     d.record(a.uid, me, a.node, a.resource, a.count,
                              claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
                              class_name=str((claim.get("spec") or {}).get("className") or ""))
 
+    if held_back:
+        # An earlier release to `pinned` may land yet: moving the claims now
+        # could leave the pod on one node and its claims on another.
+        assert isinstance(pinned, str)
+        _, lost_at = ctx.memories.release_in_doubt.get(info.uid) or (pinned, now)
+        wait = LOST_WRITE_WINDOW - (now - lost_at).total_seconds()
+        log.info("a release whose answer was lost may still land; the set stays put until it cannot",
+                 extra={"pod": key, "node": pinned})
+        ctx.enqueue_after(POD + key, max(wait, 0.0) + 0.1)
+        return
     if isinstance(decision, Waiting):
         need = podplan.unbound_need(states, ctx.view.cluster().classes) \
             if decision.reason is api.WaitReason.CAPACITY else None
@@ -161,13 +177,16 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     try:
         ctx.writer.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"],
                              podplan.release_patch(pod, decision.node))
-    except ApiError as e:
-        if e.status != 422:
-            raise
-        # A test of the patch failed: the pod changed since the cache showed
-        # it (or an earlier sync released it already). Decided again once
-        # the cache catches up, as after a 409.
-        raise Conflict(f"pod {key} changed since it was read: {e}") from e
+    except Exception as e:
+        if isinstance(e, ApiError) and e.status == 422:
+            # A test of the patch failed: the pod changed since the cache
+            # showed it (or an earlier sync released it already). Decided
+            # again once the cache catches up, as after a 409.
+            raise Conflict(f"pod {key} changed since it was read: {e}") from e
+        if not surely_not_written(e):
+            ctx.memories.release_in_doubt[info.uid] = (decision.node, ctx.now())
+        raise
+    ctx.memories.release_in_doubt.pop(info.uid, None)
     ctx.memories.released[pod["metadata"]["uid"]] = True
     meta = pod["metadata"]
     created_at = parse_time(meta.get("creationTimestamp"))
@@ -182,6 +201,32 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     log.debug("released pod on node", extra={"pod": key, "node": decision.node})
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed",
                      f"GPU claims placed on node {decision.node}: {decision.message}")
+
+
+class _Landed(enum.Enum):
+    RELEASED = "released"
+
+
+def _release_in_doubt(ctx: SyncContext, pod: Obj) -> str | _Landed | None:
+    """The node an earlier release of `pod` whose answer was lost may still
+    pin it to (see state.inflight.LOST_WRITE_WINDOW); RELEASED when a live
+    read shows that it landed; None when no release is in doubt."""
+    meta = pod["metadata"]
+    uid = meta.get("uid", "")
+    doubt = ctx.memories.release_in_doubt.get(uid)
+    if doubt is None:
+        return None
+    node, lost_at = doubt
+    live = ctx.writer.get_pod(meta["namespace"], meta["name"])
+    if live is not None and live["metadata"].get("uid") == uid and not has_gate(live):
+        ctx.memories.release_in_doubt.pop(uid, None)
+        ctx.memories.released[uid] = True  # the cache will show it
+        return _Landed.RELEASED
+    if live is None or live["metadata"].get("uid") != uid \
+            or (ctx.now() - lost_at).total_seconds() >= LOST_WRITE_WINDOW:
+        ctx.memories.release_in_doubt.pop(uid, None)
+        return None
+    return node
 
 
 def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
