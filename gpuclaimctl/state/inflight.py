@@ -51,6 +51,12 @@ from gpuclaimctl.model.snapshot import PodRef
 LOST_WRITE_WINDOW = 65.0
 
 
+def may_still_land_for(lost_at: datetime, now: datetime) -> float:
+    """Seconds (0 once past) during which a write whose answer was lost at
+    `lost_at` may still land."""
+    return max(0.0, LOST_WRITE_WINDOW - (now - lost_at).total_seconds())
+
+
 class WriteState(enum.Enum):
     SENDING = "sending"    # decided; the write is on the wire
     WRITTEN = "written"    # the API server answered with a new resourceVersion
@@ -78,9 +84,7 @@ class InFlight:
 
     def settle_after(self, now: datetime) -> float:
         """Seconds until a live read may tell whether this write landed."""
-        if self.lost_at is None:
-            return 0.0
-        return max(0.0, LOST_WRITE_WINDOW - (now - self.lost_at).total_seconds())
+        return 0.0 if self.lost_at is None else may_still_land_for(self.lost_at, now)
 
     def ended_by(self, rv_seen: int) -> bool:
         """Does a claim version `rv_seen` account for this write?"""

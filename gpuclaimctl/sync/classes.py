@@ -15,12 +15,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuclaimctl.model import api
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
+from gpuclaimctl.model.snapshot import QUANTITY_MAX, ClassInfo, NodeInfo
 from gpuclaimctl.state import indexes
 from gpuclaimctl.sync.context import SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.classes")
-INT64_MAX = 2**63 - 1
 Obj = dict[str, Any]
 
 
@@ -35,7 +34,7 @@ def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
             bound += count
     # The CRD's status fields are int64: a sum past it (two nodes reporting
     # "9223372036854775807", say) is refused with 422 on every retry, for ever.
-    return {"nodes": offering, "allocatable": min(allocatable, INT64_MAX), "bound": min(bound, INT64_MAX)}
+    return {"nodes": offering, "allocatable": min(allocatable, QUANTITY_MAX), "bound": min(bound, QUANTITY_MAX)}
 
 
 def sync_class(ctx: SyncContext, name: str) -> None:

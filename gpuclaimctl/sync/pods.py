@@ -68,7 +68,7 @@ from gpuclaimctl.model.snapshot import (
     parse_time,
 )
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.state.inflight import LOST_WRITE_WINDOW
+from gpuclaimctl.state.inflight import may_still_land_for
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.pods")
@@ -96,9 +96,10 @@ def sync_pod(ctx: SyncContext, key: str) -> None:
 
 
 def _place(ctx: SyncContext, pod: Obj) -> None:
-    pinned = _release_in_doubt(ctx, pod)
-    if pinned is _Landed.RELEASED:
+    doubt = _release_in_doubt(ctx, pod)
+    if doubt is _Landed.RELEASED:
         return
+    pinned = doubt[0] if isinstance(doubt, tuple) else None
     try:
         entries = pod_claims(pod)
     except PodClaimsError as e:
@@ -146,12 +147,10 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     if held_back:
         # An earlier release to `pinned` may land yet: moving the claims now
         # could leave the pod on one node and its claims on another.
-        assert isinstance(pinned, str)
-        _, lost_at = ctx.memories.release_in_doubt.get(info.uid) or (pinned, now)
-        wait = LOST_WRITE_WINDOW - (now - lost_at).total_seconds()
+        assert isinstance(doubt, tuple)
         log.info("a release whose answer was lost may still land; the set stays put until it cannot",
                  extra={"pod": key, "node": pinned})
-        ctx.enqueue_after(POD + key, max(wait, 0.0) + 0.1)
+        ctx.enqueue_after(POD + key, doubt[1] + 0.1)
         return
     if isinstance(decision, Waiting):
         need = podplan.unbound_need(states, ctx.view.cluster().classes) \
@@ -207,10 +206,11 @@ class _Landed(enum.Enum):
     RELEASED = "released"
 
 
-def _release_in_doubt(ctx: SyncContext, pod: Obj) -> str | _Landed | None:
+def _release_in_doubt(ctx: SyncContext, pod: Obj) -> tuple[str, float] | _Landed | None:
     """The node an earlier release of `pod` whose answer was lost may still
-    pin it to (see state.inflight.LOST_WRITE_WINDOW); RELEASED when a live
-    read shows that it landed; None when no release is in doubt."""
+    pin it to, and for how many seconds more (state.inflight.LOST_WRITE_WINDOW);
+    RELEASED when a live read shows that it landed; None when no release is
+    in doubt."""
     meta = pod["metadata"]
     uid = meta.get("uid", "")
     doubt = ctx.memories.release_in_doubt.get(uid)
@@ -222,11 +222,11 @@ def _release_in_doubt(ctx: SyncContext, pod: Obj) -> str | _Landed | None:
         ctx.memories.release_in_doubt.pop(uid, None)
         ctx.memories.released[uid] = True  # the cache will show it
         return _Landed.RELEASED
-    if live is None or live["metadata"].get("uid") != uid \
-            or (ctx.now() - lost_at).total_seconds() >= LOST_WRITE_WINDOW:
+    left = may_still_land_for(lost_at, ctx.now())
+    if live is None or live["metadata"].get("uid") != uid or left <= 0:
         ctx.memories.release_in_doubt.pop(uid, None)
         return None
-    return node
+    return node, left
 
 
 def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
