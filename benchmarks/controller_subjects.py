@@ -230,7 +230,7 @@ class BaselineWorkers:
         informer = self.factory.informer_for(PODS)
         self._registration = informer.add_event_handler(
             EventHandlerFuncs(add=self._changed, update=lambda _o, n: self._changed(n)),
-            name="baseline-pods")
+            name="baseline-pods", inline=True)  # as the controller's handlers are
 
     def _changed(self, pod: Obj) -> None:
         if has_gate(pod):

@@ -88,33 +88,36 @@ class Controller:
             settings=settings, metrics=metrics, now=now)
         self.shutdown_timeout = shutdown_timeout
         handlers = Handlers(self.ctx, self.queue)
+        # Inline: each handler runs on its informer's watch thread. They
+        # only update the view and add keys (sync.handlers), and a thread
+        # of their own cost a wake-up per watch event (informers.processor).
         self._registrations = [
             factory.informer_for(PODS, indexers=indexes.POD_INDEXERS).add_event_handler(
                 EventHandlerFuncs(add=handlers.pod_added, update=handlers.pod_updated,
-                                  delete=handlers.pod_deleted), name="gpuclaimctl-pods"),
+                                  delete=handlers.pod_deleted), name="gpuclaimctl-pods", inline=True),
             factory.informer_for(GPU_CLAIMS, indexers=indexes.CLAIM_INDEXERS).add_event_handler(
                 EventHandlerFuncs(add=handlers.claim_added, update=handlers.claim_updated,
-                                  delete=handlers.claim_deleted), name="gpuclaimctl-claims"),
+                                  delete=handlers.claim_deleted), name="gpuclaimctl-claims", inline=True),
             factory.informer_for(NODES).add_event_handler(
                 EventHandlerFuncs(add=handlers.node_added, update=handlers.node_updated,
-                                  delete=handlers.node_deleted), name="gpuclaimctl-nodes"),
+                                  delete=handlers.node_deleted), name="gpuclaimctl-nodes", inline=True),
             factory.informer_for(GPU_CLASSES).add_event_handler(
                 EventHandlerFuncs(add=handlers.class_added, update=handlers.class_updated,
-                                  delete=handlers.class_deleted), name="gpuclaimctl-classes"),
+                                  delete=handlers.class_deleted), name="gpuclaimctl-classes", inline=True),
             factory.informer_for(GPU_CLAIM_TEMPLATES).add_event_handler(
                 EventHandlerFuncs(add=handlers.template_changed,
                                   update=lambda _o, n: handlers.template_changed(n)),
-                name="gpuclaimctl-templates"),
+                name="gpuclaimctl-templates", inline=True),
             factory.informer_for(GPU_BUDGETS).add_event_handler(
                 EventHandlerFuncs(add=handlers.budget_changed,
                                   update=handlers.budget_updated,
-                                  delete=handlers.budget_changed), name="gpuclaimctl-budgets"),
+                                  delete=handlers.budget_changed), name="gpuclaimctl-budgets", inline=True),
             factory.informer_for(PERSISTENT_VOLUME_CLAIMS).add_event_handler(
                 EventHandlerFuncs(add=handlers.pvc_changed, update=lambda _o, n: handlers.pvc_changed(n),
-                                  delete=handlers.pvc_changed), name="gpuclaimctl-pvcs"),
+                                  delete=handlers.pvc_changed), name="gpuclaimctl-pvcs", inline=True),
             factory.informer_for(PERSISTENT_VOLUMES).add_event_handler(
                 EventHandlerFuncs(add=handlers.pv_changed, update=lambda _o, n: handlers.pv_changed(n),
-                                  delete=handlers.pv_changed), name="gpuclaimctl-pvs"),
+                                  delete=handlers.pv_changed), name="gpuclaimctl-pvs", inline=True),
         ]
         self._workers: list[threading.Thread] = []
         self._abandoned = threading.Event()

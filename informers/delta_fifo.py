@@ -164,13 +164,18 @@ class DeltaFIFO:
 
     # -- the consumer (the informer) ------------------------------------
 
-    def pop_batch(self, process: Callable[[list[Delta]], None], max_items: int = 512) -> None:
-        """Wait for deltas, take up to ``max_items`` and run ``process`` on them
-        under the queue's lock. Raises ``FIFOClosedError`` once closed."""
+    def pop_batch(self, process: Callable[[list[Delta]], None], max_items: int = 512,
+                  *, block: bool = True) -> bool:
+        """Wait for deltas (with ``block``; else return False at once if
+        there are none), take up to ``max_items`` and run ``process`` on
+        them under the queue's lock; True once done. Raises
+        ``FIFOClosedError`` once closed."""
         with self._cond:
             while not self._queue:
                 if self._closed:
                     raise FIFOClosedError()
+                if not block:
+                    return False
                 self._cond.wait()
             if self._closed:
                 raise FIFOClosedError()
@@ -199,6 +204,7 @@ class DeltaFIFO:
         if initial and self._initial_left == 0:
             # Outside the lock: the callback may wake threads that read us.
             self._on_synced()
+        return True
 
     def close(self) -> None:
         with self._cond:

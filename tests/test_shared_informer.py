@@ -512,3 +512,89 @@ def test_a_410_forced_by_an_etcd_compaction_relists_and_the_cache_equals_a_fresh
         assert [o["metadata"]["name"] for kind, o, _ in after if kind == "add"] == ["t-new"]
     finally:
         inf.stop()
+
+
+# -- inline handlers --------------------------------------------------------------------
+
+
+class ThreadRecording(Recording):
+    """A Recording that also notes the thread each call ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+
+    def _wait(self) -> None:
+        self.threads.append(threading.current_thread().name)
+
+
+def test_an_inline_handler_runs_in_order_on_the_watch_thread_before_the_next_delta(
+    lw: FakeListerWatcher, make_informer: Any
+) -> None:
+    seed(lw, 2)
+    inf = make_informer()
+    inline, threaded = ThreadRecording(), ThreadRecording()
+    cache_when_called: list[int] = []
+    inline_reg = inf.add_event_handler(inline, inline=True)
+    inf.add_event_handler(threaded)
+    inf.add_event_handler(EventHandlerFuncs(add=lambda _o: cache_when_called.append(len(inf.indexer))),
+                          inline=True)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    assert inline_reg.has_synced(), "an inline handler returned from its initial adds before sync"
+    for i in range(20):
+        lw.add(make_object(f"x{i:02d}"))
+    lw.modify(make_object("x00", data={"k": "v"}))
+    lw.delete("default/x01")
+    wait_for(lambda: len(inline.events) == 24 and len(threaded.events) == 24,
+             message=lambda: f"{inline.summary()} / {threaded.summary()}")
+    assert inline.summary() == threaded.summary()
+    assert set(inline.threads) == {"test:reflector"}
+    assert "test:reflector" not in set(threaded.threads)
+    # The first list is applied as one batch; after it, each watch event's
+    # add was handled before the next object reached the cache.
+    assert cache_when_called == [2, 2] + list(range(3, 23))
+
+
+def test_a_failing_inline_handler_is_counted_and_delivery_goes_on(
+    lw: FakeListerWatcher, make_informer: Any
+) -> None:
+    reported: list[str] = []
+    inf = make_informer(on_handler_error=lambda name, e: reported.append(f"{name}: {e}"))
+    got: list[str] = []
+
+    def add(obj: KubeObject) -> None:
+        if obj["metadata"]["name"] == "bad":
+            raise RuntimeError("boom")
+        got.append(obj["metadata"]["name"])
+
+    reg = inf.add_event_handler(EventHandlerFuncs(add=add), name="picky", inline=True)
+    inf.start()
+    assert inf.wait_for_sync(10)
+    for name in ("a", "bad", "c"):
+        lw.add(make_object(name))
+    wait_for(lambda: got == ["a", "c"], message=lambda: f"{got}")
+    assert reg.errors == 1 and reported == ["picky: boom"]
+    assert inf.reflector.stats.events == 3, "the watch went on past the failure"
+
+
+def test_a_late_inline_handler_gets_the_cache_before_add_returns_and_resyncs(
+    lw: FakeListerWatcher, make_informer: Any, clock: FakeClock
+) -> None:
+    seed(lw, 4)
+    inf = make_informer()
+    inf.start()
+    assert inf.wait_for_sync(10)
+    late = ThreadRecording()
+    reg = inf.add_event_handler(late, inline=True, resync_period=30)
+    assert reg.has_synced() and len(late.events) == 4
+    assert all(initial for _kind, _obj, initial in late.events)
+    clock.wait_for_sleepers()
+    clock.step(30)
+    wait_for(lambda: len(late.events) == 8, message=lambda: f"{late.summary()}")
+    assert all(kind == "update" and old is new for kind, old, new in late.events[4:])
+    assert set(late.threads[4:]) == {"test:resync"}
+    reg.remove()
+    lw.add(make_object("after"))
+    wait_for(lambda: "default/after" in inf.indexer.list_keys())
+    assert len(late.events) == 8, "a removed inline handler gets nothing more"
