@@ -317,11 +317,13 @@ class Reflector:
                 log.info("%s: WatchList stream ended before its initial events did; asking again", self.name)
                 continue
             break
-        self._store.replace(list(objects.values()))
+        # State and stats first: the store applies on this thread, so a
+        # waiter on has_synced may run before replace returns.
         self._last_sync_rv = end_rv
         self._last_rv_unavailable = False
         self.stats.watch_lists += 1
         self.stats.last_list_items = len(objects)
+        self._store.replace(list(objects.values()))
         return _OpenWatch(stream, events, started, received)
 
     def _initial_events(
@@ -406,10 +408,11 @@ class Reflector:
         self._last_rv_unavailable = False
         if self._stopper.stopped:
             raise _Stopped()
-        self._store.replace(items)
+        # State and stats first, as in _watch_list_and_replace.
         self._last_sync_rv = list_rv
         self.stats.lists += 1
         self.stats.last_list_items = len(items)
+        self._store.replace(items)
 
     def _list_all(self, rv: str) -> tuple[list[KubeObject], str, bool]:
         # client-go: pages for "0" and "", none for an exact relist version
@@ -495,16 +498,18 @@ class Reflector:
                 else:
                     if transform is not None:
                         obj = transform(obj)
-                    if etype == ADDED:
-                        store.add(obj)
-                    elif etype == MODIFIED:
-                        store.update(obj)
-                    elif etype == DELETED:
-                        store.delete(obj)
-                    else:
+                    apply = (store.add if etype == ADDED else store.update if etype == MODIFIED
+                             else store.delete if etype == DELETED else None)
+                    if apply is None:
                         log.warning("%s: unknown watch event type %r", self.name, etype)
                         continue
+                    # Counted first: the store applies (and inline handlers
+                    # run) on this thread, before apply returns.
                     self.stats.events += 1
+                    events += 1
+                    self._last_sync_rv = obj["metadata"]["resourceVersion"]
+                    apply(obj)
+                    continue
                 events += 1
                 self._last_sync_rv = obj["metadata"]["resourceVersion"]
         finally:
