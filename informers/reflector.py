@@ -488,30 +488,29 @@ class Reflector:
         self.stats.watches += 1
         events = opened.received
         store = self._store
+        appliers = {ADDED: store.add, MODIFIED: store.update, DELETED: store.delete}
         transform = self._transform
         try:
             for etype, obj in opened.events:
+                apply = None
                 if etype == BOOKMARK:
                     self.stats.bookmarks += 1
                 elif etype == ERROR:
                     raise ApiStatusError.from_status(obj)
                 else:
-                    if transform is not None:
-                        obj = transform(obj)
-                    apply = (store.add if etype == ADDED else store.update if etype == MODIFIED
-                             else store.delete if etype == DELETED else None)
+                    apply = appliers.get(etype)
                     if apply is None:
                         log.warning("%s: unknown watch event type %r", self.name, etype)
                         continue
-                    # Counted first: the store applies (and inline handlers
-                    # run) on this thread, before apply returns.
+                    if transform is not None:
+                        obj = transform(obj)
                     self.stats.events += 1
-                    events += 1
-                    self._last_sync_rv = obj["metadata"]["resourceVersion"]
-                    apply(obj)
-                    continue
                 events += 1
                 self._last_sync_rv = obj["metadata"]["resourceVersion"]
+                if apply is not None:
+                    # After the count and the resourceVersion: the store
+                    # applies (and inline handlers run) on this thread.
+                    apply(obj)
         finally:
             self._close_watch(stream)
         if self._stopper.stopped:
