@@ -88,7 +88,7 @@ def version() -> None:
 @click.option("--local", is_flag=True, default=False,
               help="Start a local control plane (built from Go modules) with sample GPU "
                    "nodes and run against it.")
-@click.option("--workers", type=int, default=8, show_default=True,
+@click.option("--workers", type=int, default=16, show_default=True,
               help="Concurrent sync workers.")
 @click.option("--resync-period", type=DURATION, default="10m", show_default=True,
               help="Replay the caches to the handlers this often (0 disables).")

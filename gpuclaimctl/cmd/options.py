@@ -32,7 +32,7 @@ class Options:
     kubeconfig: str | None = None
     context: str | None = None
     local: bool = False
-    workers: int = 8
+    workers: int = 16
     resync_period: float = 600.0
     leader_elect: bool = False
     lease_name: str = "gpuclaimctl"
