@@ -82,6 +82,7 @@ from typing import Any, Callable, Iterable
 
 from kubernetes import client
 
+from benchmarks import apiserver_profile
 from benchmarks.benchkit import (
     CLAIMS,
     MUTATING,
@@ -119,7 +120,7 @@ from benchmarks.controller_subjects import (
 )
 from gpuclaimctl.client import kube
 from gpuclaimctl.cmd.options import Options
-from gpuclaimctl.controlplane import CONTROLLER_MANAGER, KWOK, SCHEDULER, ControlPlane
+from gpuclaimctl.controlplane import APISERVER, CONTROLLER_MANAGER, KWOK, SCHEDULER, ControlPlane
 from gpuclaimctl.model import api
 from gpuclaimctl.model.podclaims import has_gate
 
@@ -307,6 +308,8 @@ class Bench:
     nodes: list[str]
     audit: AuditLog
     counts: list[int]
+    # With --apiserver-profile: each scenario's CPU profile of the API server.
+    profiles: dict[str, apiserver_profile.Recording] = dataclasses.field(default_factory=dict)
 
     def components_cpu(self) -> dict[str, float]:
         return {n: process_cpu(p) for n, p in self.plane.running().items()}
@@ -358,6 +361,9 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
         syncs0 = subject.syncs() if subject is not None else {}
         comps0, machine0, all0 = bench.components_cpu(), machine_ticks(), all_requests(admin)
         t0, t0_wall = time.monotonic(), time.time()
+        if args.apiserver_profile:
+            bench.profiles[label] = apiserver_profile.record(
+                bench.plane, bench.workdir / f"{namespace}-apiserver.pprof", args.apiserver_profile)
         returned = create_pods(admin, bodies, args.creators)
         create_seconds = time.monotonic() - t0
         if gated and not times.wait(lambda: len(times.released) >= n, args.timeout, alive):
@@ -411,6 +417,8 @@ def run_pods(bench: Bench, label: str, subject: Subject | None, namespace: str) 
         by_verb(requests),
         _codes(r.code for r in requests if r.code >= 400), all_delta, retries, comps, end_wall - t0_wall,
         syncs, (busy - machine0[0]) / max(1, total - machine0[1]), load(), tuple(notes))
+    if label in bench.profiles:
+        bench.profiles[label].wait()  # before the clean-up, which it would measure too
     say(f"{label}: {len(released)} released, {len(bound)} bound; cleaning up")
     if not clean(admin, namespace):
         say(f"{label}: namespace {namespace} was not gone within 180s")
@@ -700,7 +708,8 @@ def combined(name: str, runs: list[Result]) -> Result:
 
 
 def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult | None,
-           counts: list[int]) -> None:
+           counts: list[int], profiles: dict[str, apiserver_profile.Recording] | None = None,
+           binary: Path | None = None) -> None:
     print()
     print(f"controller_bench: {args.pods} pods (gated ones: one inline claim each, {sum(counts)} GPUs "
           f"asked) over {args.nodes} kwok nodes x {args.gpus_per_node} GPUs; {args.creators} creating "
@@ -779,9 +788,39 @@ def report(args: argparse.Namespace, results: list[Result], wakeup: WakeupResult
         print(f"  {n:<24}" + "".join(f"{r.components.get(n, 0.0):>15.1f}" for r in results))
     print(f"  {'the subject':<24}" + "".join(f"{r.subject_cpu:>15.1f}" for r in results))
     print(f"  {'wall seconds':<24}" + "".join(f"{r.wall:>15.1f}" for r in results))
+    if profiles:
+        report_apiserver_profiles(results, profiles, binary)
     if wakeup is not None:
         report_wakeup(args, wakeup)
     report_targets(args, results, wakeup)
+
+
+def report_apiserver_profiles(results: list[Result], profiles: dict[str, apiserver_profile.Recording],
+                              binary: Path | None) -> None:
+    print()
+    seconds = max(r.seconds for r in profiles.values())
+    print(f"kube-apiserver's CPU by kind of request, percent of its profile (pprof, the first "
+          f"{seconds} s of each scenario from its first create; benchmarks/apiserver_profile.py):")
+    labels = [r.scenario for r in results if r.scenario in profiles]
+    table: dict[str, tuple[float, list[tuple[str, float]]] | str] = {}
+    for label in labels:
+        rec = profiles[label]
+        if rec.error or not rec.path.exists():
+            table[label] = rec.error or "no profile"
+        elif binary is None:
+            table[label] = "the API server's binary is not known"
+        else:
+            table[label] = apiserver_profile.shares(binary, rec.path)
+    for label, got in table.items():
+        if isinstance(got, str):
+            print(f"  {label}: {got}")
+    ok = {k: v for k, v in table.items() if not isinstance(v, str)}
+    if not ok:
+        return
+    print(f"  {'':<62}" + "".join(f"{k[:14]:>15}" for k in ok))
+    print(f"  {'CPU seconds in the profile':<62}" + "".join(f"{v[0]:>15.1f}" for v in ok.values()))
+    for i, (what, _focus, _ignore) in enumerate(apiserver_profile.KINDS):
+        print(f"  {what[:62]:<62}" + "".join(f"{v[1][i][1]:>14.1f}%" for v in ok.values()))
 
 
 def report_wakeup(args: argparse.Namespace, w: WakeupResult) -> None:
@@ -917,6 +956,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="afterwards, run the unthrottled controller in this process under "
                              "cProfile (timing CPU or wall time) and print hotspots")
     parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--apiserver-profile", type=int, default=0, metavar="SECONDS",
+                        help="record a CPU profile of kube-apiserver over the first SECONDS of "
+                             "each pod scenario and print its CPU by kind of request (needs go)")
     parser.add_argument("--serve-baseline", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -950,7 +992,8 @@ def main(argv: list[str] | None = None) -> None:
     unthrottled_flags = unthrottled_flags_for(args)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="controller-bench-"))
-    plane = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say)
+    plane = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say,
+                         profiling=args.apiserver_profile > 0)
     failed = False
     try:
         with plane:
@@ -983,7 +1026,7 @@ def main(argv: list[str] | None = None) -> None:
                     for label, make in ((unthrottled, baseline) if rnd % 2 else (baseline, unthrottled)):
                         results.append(run_pods(bench, label, make(label), f"bench-{label.replace(' ', '-')}"))
             wakeup = run_wakeup(bench) if "wakeup" in args.scenarios else None
-            report(args, results, wakeup, counts)
+            report(args, results, wakeup, counts, bench.profiles, plane.bin.get(APISERVER))
             failed = any(r.notes for r in results) or bool(wakeup and (wakeup.setup_notes or any(
                 k.notes for k in wakeup.wakes)))
 

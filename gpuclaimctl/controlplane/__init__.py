@@ -5,6 +5,7 @@ Used by the test suite and by `gpuclaimctl run --local`.
 
 from gpuclaimctl.controlplane.build import BuildError, ensure_binaries
 from gpuclaimctl.controlplane.plane import (
+    APISERVER,
     CONTROLLER_MANAGER,
     KWOK,
     KWOK_NODE_ANNOTATION,
@@ -15,6 +16,7 @@ from gpuclaimctl.controlplane.plane import (
 )
 
 __all__ = [
+    "APISERVER",
     "BuildError",
     "CONTROLLER_MANAGER",
     "ControlPlane",

@@ -110,6 +110,7 @@ class ControlPlane:
         log: Callable[[str], None] = lambda _m: None,
         ready_timeout: float = 90.0,
         admission_plugins: Iterable[str] = (),
+        profiling: bool = False,
     ) -> None:
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpuclaimctl-plane-"))
@@ -122,6 +123,8 @@ class ControlPlane:
         # Beyond the API server's default set, for tests of what a stricter
         # cluster would refuse (OwnerReferencesPermissionEnforcement, say).
         self._admission_plugins = list(admission_plugins)
+        # kube-apiserver's /debug/pprof (benchmarks ask where its CPU goes).
+        self._profiling = profiling
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.RLock()
         self.bin: dict[str, Path] = {}
@@ -226,7 +229,7 @@ class ControlPlane:
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
             "--enable-priority-and-fairness=false",
-            "--profiling=false",
+            f"--profiling={'true' if self._profiling else 'false'}",
             # PodTemplates skip the watch cache and are watched straight from
             # etcd, so tests can see what an etcd compaction does to a watch:
             # the cache would keep serving old revisions from its own window.
@@ -434,6 +437,14 @@ class ControlPlane:
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
         ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
         return ctx
+
+    def read(self, path: str, timeout: float) -> bytes:
+        """GET `path` from the API server as the admin; the body (raises on
+        an error status or a failed connection)."""
+        with urllib.request.urlopen(self.server + path, timeout=timeout,
+                                    context=self._ssl_context()) as r:
+            body: bytes = r.read()
+            return body
 
     def _get(self, path: str) -> int:
         try:
