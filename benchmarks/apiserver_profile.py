@@ -100,12 +100,12 @@ def shares(binary: Path, profile: Path) -> tuple[float, list[tuple[str, float]]]
             argv.append(f"-ignore={ignore}")
         done = subprocess.run(argv + [str(binary), str(profile)], capture_output=True,
                               text=True, timeout=300)
-        m = _ACCOUNTING.search(done.stdout)
-        if m is None:
-            if "no samples" in (done.stdout + done.stderr).lower() or done.returncode == 0:
-                out.append((what, 0.0))
-                continue
+        if done.returncode != 0:
             return f"go tool pprof failed: {done.stderr.strip()[-300:]}"
+        m = _ACCOUNTING.search(done.stdout)
+        if m is None:  # nothing matched the focus
+            out.append((what, 0.0))
+            continue
         total = _seconds(m.group(3))
         out.append((what, float(m.group(2))))
     return total, out

@@ -438,18 +438,21 @@ class ControlPlane:
         ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
         return ctx
 
+    def _open(self, path: str, timeout: float) -> Any:
+        """A GET of `path` as the admin (urlopen raises on an error status)."""
+        return urllib.request.urlopen(self.server + path, timeout=timeout,
+                                      context=self._ssl_context())
+
     def read(self, path: str, timeout: float) -> bytes:
         """GET `path` from the API server as the admin; the body (raises on
         an error status or a failed connection)."""
-        with urllib.request.urlopen(self.server + path, timeout=timeout,
-                                    context=self._ssl_context()) as r:
+        with self._open(path, timeout) as r:
             body: bytes = r.read()
             return body
 
     def _get(self, path: str) -> int:
         try:
-            with urllib.request.urlopen(self.server + path, timeout=5,
-                                        context=self._ssl_context()) as r:
+            with self._open(path, 5) as r:
                 return int(r.status)
         except urllib.error.HTTPError as e:
             return int(e.code)
