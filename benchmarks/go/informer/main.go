@@ -4,15 +4,19 @@
 // handler has had every initial add (the handler registration's HasSynced,
 // as the Python side waits for its handler).
 //
-// Everything is client-go's default at v0.37.2: JSON on the wire (rest.Config
-// ContentType unset; protobuf only when a program asks, as kube components
-// do), no transform (managedFields are kept), and WatchList on (the
-// WatchListClient feature gate is on by default since v0.35). Run it with
+// Everything is client-go's default at v0.37.2: no transform (managedFields
+// are kept), WatchList on (the WatchListClient feature gate is on by default
+// since v0.35), and protobuf on the wire: rest.Config's ContentType is unset,
+// and the generated clients of built-in types ask for protobuf when it is
+// (gentype.PrefersProtobuf, Request.UseProtobufAsDefault). With -json the
+// config names application/json, which the generated clients keep, so the
+// pods come as JSON, as they do to the Python side. Run it with
 // KUBE_FEATURE_WatchListClient=false for client-go's paginated list instead.
 //
 // It prints one JSON object: sync seconds, CPU seconds of the process during
 // the sync, peak RSS, the RSS held for the cache after a GC (heap and RSS,
-// per cached pod), and whether WatchList was on.
+// per cached pod), whether WatchList was on, and the content types the
+// server answered the pod requests with (seen on the wire, not assumed).
 package main
 
 import (
@@ -20,11 +24,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -76,6 +83,40 @@ func settle() (heapBytes uint64) {
 	return ms.HeapAlloc
 }
 
+// contentTypes records the Content-Type of every answer to a pod request.
+type contentTypes struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (c *contentTypes) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && strings.HasSuffix(req.URL.Path, "/pods") {
+		c.mu.Lock()
+		c.seen[resp.Header.Get("Content-Type")] = true
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *contentTypes) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = map[string]bool{}
+}
+
+func (c *contentTypes) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.seen))
+	for t := range c.seen {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 	os.Exit(1)
@@ -84,6 +125,7 @@ func fail(format string, args ...any) {
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster to sync from")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	asJSON := flag.Bool("json", false, "ask for JSON (rest.Config ContentType application/json) instead of client-go's default protobuf")
 	flag.Parse()
 	if *kubeconfig == "" {
 		fail("-kubeconfig is required")
@@ -92,6 +134,14 @@ func main() {
 	if err != nil {
 		fail("kubeconfig: %v", err)
 	}
+	if *asJSON {
+		config.ContentType = "application/json"
+	}
+	seen := &contentTypes{seen: map[string]bool{}}
+	config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		seen.next = rt
+		return seen
+	})
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		fail("client: %v", err)
@@ -104,6 +154,7 @@ func main() {
 	if _, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		fail("warm-up list: %v", err)
 	}
+	seen.reset() // the informer's requests only
 	baseHeap := settle()
 	baseRSS := rssBytes()
 
@@ -126,6 +177,7 @@ func main() {
 		fail("the informer did not sync within %s", *timeout)
 	}
 	elapsed, cpu := time.Since(t0).Seconds(), cpuSeconds()-cpu0
+	types := seen.list()
 	peak := peakRSSBytes()
 	n := len(informer.GetStore().ListKeys())
 	heap := settle()
@@ -140,12 +192,9 @@ func main() {
 		"bytes_per_object":      float64(held) / float64(n),
 		"heap_bytes_per_object": float64(heap-baseHeap) / float64(n),
 		"watch_list":            clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient),
-		"content_type":          "application/json",
+		"content_types":         types,
 		"go":                    runtime.Version(),
 		"gomaxprocs":            runtime.GOMAXPROCS(0),
-	}
-	if config.ContentType != "" {
-		out["content_type"] = config.ContentType
 	}
 	cancel()
 	factory.Shutdown()
