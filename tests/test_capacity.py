@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.decide.capacity import claim_usage, combine, pod_request, used_capacity
+from gpuclaimctl.decide.capacity import claim_usage, combine, used_capacity
+from gpuclaimctl.model.resources import pod_request
 from gpuclaimctl.model.api import CLAIMS_ANNOTATION
 
 GPU = "nvidia.com/gpu"

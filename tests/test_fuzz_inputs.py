@@ -42,8 +42,8 @@ from gpuclaimctl.model.podclaims import (
     pod_claims,
     template_claim_name,
 )
+from gpuclaimctl.model.resources import QUANTITY_MAX, parse_quantity
 from gpuclaimctl.model.snapshot import (
-    QUANTITY_MAX,
     ClaimState,
     ClassInfo,
     Cluster,
@@ -51,7 +51,6 @@ from gpuclaimctl.model.snapshot import (
     PodInfo,
     PodRef,
     Rejection,
-    parse_quantity,
 )
 from gpuclaimctl.webhook.pods import mutate, validate
 from gpuclaimctl.webhook.review import BadReview, Verdict, parse_review, response

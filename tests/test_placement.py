@@ -16,6 +16,7 @@ from gpuclaimctl.decide.placement import (
     Waiting,
     decide,
 )
+from gpuclaimctl.model.resources import parse_quantity
 from gpuclaimctl.model.snapshot import (
     ClaimState,
     ClassInfo,
@@ -26,7 +27,6 @@ from gpuclaimctl.model.snapshot import (
     Rejection,
     UnresolvedClaim,
     Usage,
-    parse_quantity,
 )
 
 GPU = "nvidia.com/gpu"

@@ -16,7 +16,8 @@ import pytest
 
 from benchmarks.informer_bench import pod_manifest
 from gpuclaimctl.decide import podplan
-from gpuclaimctl.decide.capacity import extended_resources, pod_holds_node, pod_request, pod_usage
+from gpuclaimctl.decide.capacity import pod_holds_node, pod_usage
+from gpuclaimctl.model.resources import extended_resources, pod_request
 from gpuclaimctl.model import api
 from gpuclaimctl.model.podcache import LAST_APPLIED, prune_pod
 from gpuclaimctl.model.podclaims import has_gate, pod_claims

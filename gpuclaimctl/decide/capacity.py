@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from gpuclaimctl.model.api import DEFAULT_RESOURCE_NAME, Phase
-from gpuclaimctl.model.snapshot import Usage, parse_quantity
+from gpuclaimctl.model.resources import extended_resources, pod_request
+from gpuclaimctl.model.snapshot import Usage
 
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -50,46 +51,9 @@ def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) 
     return node, resource, count
 
 
-def extended_resources(pod: Mapping[str, Any]) -> frozenset[str]:
-    """The extended resources (`vendor/name`, not `kubernetes.io/…`) any
-    container of the pod requests or limits."""
-    spec = pod.get("spec") or {}
-    out: set[str] = set()
-    for group in ("containers", "initContainers"):
-        for c in spec.get(group) or ():
-            res = c.get("resources") or {}
-            for key in list(res.get("requests") or ()) + list(res.get("limits") or ()):
-                if "/" in key and not key.startswith("kubernetes.io/"):
-                    out.add(key)
-    return frozenset(out)
-
-
 def pod_holds_node(pod: Mapping[str, Any]) -> bool:
     """Bound to a node and not finished: its containers' requests count."""
     return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in _FINISHED
-
-
-def pod_request(pod: Mapping[str, Any], resource: str) -> int:
-    """The pod's effective request of `resource`, as the scheduler counts it
-    (component-helpers PodRequests): the sum over containers and sidecars,
-    or the largest init container plus the sidecars started before it, if
-    larger; plus overhead. Requests default to limits, as the API server
-    defaults them for extended resources."""
-    spec = pod.get("spec") or {}
-    total = sum(_container_request(c, resource) for c in spec.get("containers") or ())
-    sidecars = 0
-    init_peak = 0
-    for c in spec.get("initContainers") or ():
-        amount = _container_request(c, resource)
-        if c.get("restartPolicy") == "Always":
-            total += amount
-            sidecars += amount
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, amount + sidecars)
-    total = max(total, init_peak)
-    overhead = parse_quantity((spec.get("overhead") or {}).get(resource)) or 0
-    return total + overhead
 
 
 def pod_usage(pod: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]:
@@ -164,11 +128,3 @@ def combine(*usages: Usage) -> dict[str, Mapping[str, int]]:
             for node, count in per_node.items():
                 target[node] = target.get(node, 0) + count
     return out
-
-
-def _container_request(container: Mapping[str, Any], resource: str) -> int:
-    resources = container.get("resources") or {}
-    value = (resources.get("requests") or {}).get(resource)
-    if value is None:
-        value = (resources.get("limits") or {}).get(resource)
-    return parse_quantity(value) or 0

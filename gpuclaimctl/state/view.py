@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuclaimctl.decide.capacity import claim_usage, combine, extended_resources
+from gpuclaimctl.decide.capacity import claim_usage, combine
+from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
 from gpuclaimctl.state.inflight import InFlight, InFlightPlacements

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuclaimctl.model import api
-from gpuclaimctl.model.snapshot import QUANTITY_MAX, ClassInfo, NodeInfo
+from gpuclaimctl.model.resources import QUANTITY_MAX
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 from gpuclaimctl.state import indexes
 from gpuclaimctl.sync.context import SyncContext
 

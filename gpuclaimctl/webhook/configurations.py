@@ -64,7 +64,7 @@ def _extended(field: str) -> str:
 
 
 # Any container or init container requests or limits an extended resource
-# (`vendor/name`), as decide.capacity.extended_resources reads them.
+# (`vendor/name`), as model.resources.extended_resources reads them.
 REQUESTS_EXTENDED = (
     "(has(object.spec.initContainers) ? object.spec.containers + object.spec.initContainers "
     ": object.spec.containers).exists(c, has(c.resources) && "

@@ -32,7 +32,6 @@ import json
 from collections.abc import Mapping, Set
 from typing import Any, Protocol
 
-from gpuclaimctl.decide.capacity import pod_request
 from gpuclaimctl.model import api
 from gpuclaimctl.model.podclaims import (
     ClaimEntry,
@@ -41,6 +40,7 @@ from gpuclaimctl.model.podclaims import (
     has_gate,
     pod_claims,
 )
+from gpuclaimctl.model.resources import pod_request
 from gpuclaimctl.webhook.review import (
     AdmissionRequest,
     Operation,
