@@ -58,7 +58,7 @@ class Cluster:
 
     def pod_manifest(self, name: str, entries: list[dict[str, Any]] | str, *,
                      cpu: str = "100m", node_selector: dict[str, str] | None = None,
-                     ) -> dict[str, Any]:
+                     gpus: int = 0) -> dict[str, Any]:
         annotation = entries if isinstance(entries, str) else json.dumps(entries)
         manifest: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Pod",
@@ -69,6 +69,8 @@ class Cluster:
                      "containers": [{"name": "main", "image": "busybox",
                                      "resources": {"requests": {"cpu": cpu}}}]},
         }
+        if gpus:  # the container asks the device plugin too (limits: requests default to them)
+            manifest["spec"]["containers"][0]["resources"]["limits"] = {api.DEFAULT_RESOURCE_NAME: str(gpus)}
         if node_selector:
             manifest["spec"]["nodeSelector"] = node_selector
         return manifest
@@ -389,6 +391,32 @@ def test_a_malformed_annotation_keeps_the_pod_gated_with_a_warning(
     assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="InvalidClaims") >= 1
     # The controller goes on working for everyone else.
     assert rc.controller.queue.len() >= 0 and not rc.controller.queue.shutting_down()
+
+
+def test_a_pod_whose_containers_ask_for_more_gpus_than_its_claims_hold_waits_invalid(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    # Without the webhook (which refuses this pod at create): placing the
+    # 1-GPU claim on the 2-GPU node would pin there a pod that asks for 3.
+    gpu_nodes("small", gpus=2, labels=cluster.label)
+    big = node_name(gpu_nodes("big", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller()
+    cluster.pod("greedy", [{"name": "g", "className": cls, "count": 1}], gpus=3)
+    cluster.pod("fair", [{"name": "g", "className": cls, "count": 3}], gpus=3)
+
+    wait_for(lambda: cluster.running_on("fair", big), timeout=60,
+             message=lambda: f"pod fair Running on {big}: {cluster.describe_pod('fair')}")
+    ev = wait_for(lambda: [e for e in cluster.events("InvalidClaims") if e.involved_object.name == "greedy"],
+                  timeout=30, message=lambda: f"an InvalidClaims event for greedy: {cluster.describe_pod('greedy')}")
+    assert ev[0].type == "Warning"
+    assert f"request 3 {api.DEFAULT_RESOURCE_NAME} but its GPU claims hold 1" in ev[0].message, ev[0].message
+    wait_for(lambda: cluster.waiting_reason("greedy-g") == "InvalidClaims", timeout=10,
+             message=lambda: f"greedy-g Waiting InvalidClaims: {cluster.get_claim('greedy-g')}")
+    claim = cluster.get_claim("greedy-g")
+    assert claim is not None and (claim.get("status") or {}).get("phase") != "Bound"
+    assert cluster.read_pod("greedy").spec.scheduling_gates
+    assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="InvalidClaims") >= 1
 
 
 def test_a_node_the_scheduler_refuses_is_rejected_and_the_recreated_pod_lands_elsewhere(

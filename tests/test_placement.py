@@ -494,6 +494,56 @@ def test_class_and_pod_from_api() -> None:
     assert p.created == NOW and p.rules.node_selector == (("p", "a"),)
 
 
+def gpu_pod_info(*amounts: tuple[str, str]) -> PodInfo:
+    """A pod from the API whose one container requests each (resource, amount)."""
+    return PodInfo.from_api({"metadata": {"name": "p", "namespace": "ns", "uid": "pod-uid",
+                                          "creationTimestamp": "2025-06-01T12:00:00Z"},
+                             "spec": {"containers": [{"name": "c", "resources": {
+                                 "limits": {r: n for r, n in amounts}, "requests": {"cpu": "1"}}}]}})
+
+
+def test_a_pod_reads_its_requests_of_extended_resources_only() -> None:
+    assert gpu_pod_info((GPU, "2"), ("example.com/fpga", "1")).requests == (("example.com/fpga", 1), (GPU, 2))
+    assert gpu_pod_info().requests == ()
+
+
+@pytest.mark.parametrize("requested, counts, expect", [
+    ("1", (1,), "big"),
+    ("3", (1, 2), "big"),      # the claims together hold what the containers ask
+    ("2", (3,), "big"),        # asking for less than the claims hold is fine
+    ("3", (1,), "InvalidClaims"),
+    ("5", (2, 2), "InvalidClaims"),
+])
+def test_a_set_holding_less_than_the_pods_requests_waits_invalid(
+        requested: str, counts: tuple[int, ...], expect: str) -> None:
+    # Placing one claim of 1 on `small` would pin a pod that asks the device
+    # plugin for 3 to a node with 2: kube-scheduler refuses it there.
+    cluster = Cluster([node("big", gpus=4), node("small", gpus=3)], [gpu_class()])
+    claims = [claim(f"c{i}", n) for i, n in enumerate(counts)]
+    d = decide(gpu_pod_info((GPU, requested)), claims, cluster, {GPU: {"big": 1}}, NOW)
+    if isinstance(d, Placed):
+        assert d.node == expect, d.message
+    else:
+        assert d.reason.value == expect, d.message
+        assert f"request {requested} {GPU} but its GPU claims hold {sum(counts)}" in d.message
+        assert set(d.claims) == {c.name for c in claims}
+
+
+def test_requests_of_a_resource_no_class_counts_are_not_the_claims_business() -> None:
+    cluster = Cluster([node("n1", resources={GPU: 4, "example.com/fpga": 2})], [gpu_class()])
+    d = decide(gpu_pod_info((GPU, "1"), ("example.com/fpga", "2")), [claim()], cluster, {}, NOW)
+    assert isinstance(d, Placed) and d.node == "n1"
+
+
+def test_requests_of_another_class_s_resource_need_claims_of_it() -> None:
+    cluster = Cluster([node("n1", resources={GPU: 4, AMD: 4})], [gpu_class(), gpu_class("mi300", resource=AMD)])
+    d = decide(gpu_pod_info((GPU, "1"), (AMD, "1")), [claim()], cluster, {}, NOW)
+    assert isinstance(d, Waiting) and d.reason is WaitReason.INVALID_CLAIMS
+    assert "none of its claims is of a class counted in it" in d.message
+    d = decide(gpu_pod_info((GPU, "1"), (AMD, "1")), [claim(), claim("c2", class_name="mi300")], cluster, {}, NOW)
+    assert isinstance(d, Placed)
+
+
 @pytest.mark.parametrize(
     "text, value",
     [("8", 8), ("0", 0), ("1k", 1000), ("2Ki", 2048), ("1500m", 1), ("1e3", 1000), ("1.5", 1), ("x", None), ("", None),

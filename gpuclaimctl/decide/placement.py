@@ -44,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl.decide.budget import check_budgets, new_asks
-from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION, OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo, BudgetUse
 from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, VolumeConstraint, untolerated_taint
 from gpuclaimctl.model.snapshot import (
@@ -192,7 +192,7 @@ def _check_claims(
                 f"GPUClass {c.class_name} of GPUClaim {c.name} is being deleted and takes no new claims",
             )
     if not problems:
-        return states, None
+        return states, _requests_beyond_claims(pod, states, cluster)
     reason = min((w.reason for w in problems.values()), key=_CLAIM_REASON_ORDER.index)
     message = "; ".join(
         w.message for w in sorted(problems.values(), key=lambda w: _CLAIM_REASON_ORDER.index(w.reason))
@@ -202,6 +202,33 @@ def _check_claims(
         for c in claims
     }
     return states, Waiting(reason, message, per_claim)
+
+
+def _requests_beyond_claims(pod: PodInfo, states: Sequence[ClaimState], cluster: Cluster) -> Waiting | None:
+    """The set waits if the pod's containers request more of a class's
+    resource than its claims hold of it: kube-scheduler and the device
+    plugin count the requests, so the node chosen for the claims could not
+    run the pod, and the excess would be GPUs no claim (and no budget)
+    counts. The webhook refuses such a pod at create when it can tell; this
+    catches the rest (no webhook, a template that did not exist yet)."""
+    if not pod.requests:
+        return None
+    held: dict[str, int] = {}
+    parts: dict[str, list[str]] = {}
+    for c in states:
+        resource = cluster.classes[c.class_name].resource_name
+        held[resource] = held.get(resource, 0) + c.count
+        parts.setdefault(resource, []).append(f"{c.name}: {c.count} {c.class_name}")
+    counted = {cls.resource_name for cls in cluster.classes.values()}
+    for resource, requested in pod.requests:
+        if resource in counted and requested > held.get(resource, 0):
+            detail = ", ".join(parts.get(resource, ())) or "none of its claims is of a class counted in it"
+            return _whole_set_waits(
+                states, WaitReason.INVALID_CLAIMS,
+                f"the pod's containers request {requested} {resource} but its GPU claims hold "
+                f"{held.get(resource, 0)} ({detail}); request at most what the claims hold, or "
+                f"claim more in {CLAIMS_ANNOTATION}")
+    return None
 
 
 class _Placer:

@@ -31,7 +31,7 @@ from gpuclaimctl.model.nodeaffinity import (
     Taint,
     VolumeConstraint,
 )
-from gpuclaimctl.model.resources import parse_quantity
+from gpuclaimctl.model.resources import extended_resources, parse_quantity, pod_request
 
 # resource name -> node name -> GPUs in use (bound claims, pods without
 # claims, in-flight placements). A node missing from a map uses none.
@@ -213,6 +213,11 @@ class PodInfo:
     # Its nodeSelector, required affinity, tolerations and the node affinity
     # of its bound volumes: every check of a node goes through these.
     rules: PodNodeRules = PodNodeRules()
+    # What its containers request of each extended resource, as the
+    # scheduler counts it (model.resources.pod_request), as (resource,
+    # count) pairs, sorted: placement refuses a set that holds less of a
+    # class's resource than this.
+    requests: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_api(cls, pod: Mapping[str, Any], volumes: Sequence[VolumeConstraint] = ()) -> PodInfo:
@@ -228,6 +233,7 @@ class PodInfo:
             uid=meta.get("uid", ""),
             created=created,
             rules=PodNodeRules.from_pod_spec(pod.get("spec") or {}, volumes),
+            requests=tuple((r, n) for r in sorted(extended_resources(pod)) if (n := pod_request(pod, r)) > 0),
         )
 
 

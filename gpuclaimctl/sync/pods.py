@@ -337,7 +337,7 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
         except NotFound:
             continue
         ctx.memories.waiting_written[uid] = True
-    _warn_waiting(ctx, pod, decision.reason, decision.message)
+    _warn_waiting(ctx, pod, decision.reason, decision.message, counted=True)
     # A rejection that runs out can let the set fit: look again then. Those
     # kept in memory for template and inline sets count too: their claims
     # are new, and carry none.
@@ -351,13 +351,16 @@ def _next_rejection_end(rejections: Iterable[Rejection], now: datetime) -> float
     return min(left) + 0.5 if left else None
 
 
-def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: str) -> None:
-    """One Warning event each time the pod's waiting reason changes."""
+def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: str,
+                  counted: bool = False) -> None:
+    """One Warning event each time the pod's waiting reason changes. An
+    invalid annotation, which never gets as far as a decision, is counted
+    in gpuclaimctl_placements_total here (`counted`: already done)."""
     key = keys.key_of(pod)
     if ctx.memories.last_warning.get(key) == str(reason):
         return
     ctx.memories.last_warning[key] = str(reason)
-    if reason is api.WaitReason.INVALID_CLAIMS and ctx.metrics is not None:
+    if reason is api.WaitReason.INVALID_CLAIMS and not counted and ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
     ctx.writer.event(_pod_ref(pod), "Warning", str(reason), message)
