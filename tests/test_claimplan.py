@@ -303,6 +303,46 @@ def test_a_released_claim_is_not_lost_with_the_node_it_no_longer_holds() -> None
     assert result.status["phase"] == api.Phase.PENDING
 
 
+@pytest.mark.parametrize(
+    "node, pod, found",
+    [
+        pytest.param(NodeFacts(exists=True, ready=True), running("p1"), True, id="node-back-pod-still-there"),
+        pytest.param(NodeFacts(exists=True, ready=True), PodFacts("p1", "Pending", "node-a"), True,
+                     id="node-back-pod-bound-not-started"),
+        pytest.param(NodeFacts(exists=True, ready=False, unhealthy_since=ago(GRACE + 1)), running("p1"), False,
+                     id="node-still-notready"),
+        pytest.param(NodeFacts(exists=False, ready=False, unhealthy_since=ago(GRACE + 1)), running("p1"), False,
+                     id="node-still-gone"),
+        pytest.param(NodeFacts(exists=True, ready=True), running("p1", node="node-b"), False,
+                     id="pod-on-another-node"),
+        pytest.param(NodeFacts(exists=True, ready=True), PodFacts("p1", "Pending", ""), False,
+                     id="pod-gated-its-sync-places-the-set-anew"),
+    ],
+)
+def test_a_lost_claim_is_bound_again_only_when_its_node_is_back_and_its_pod_still_on_it(
+    node: NodeFacts, pod: PodFacts, found: bool
+) -> None:
+    result = plan(a_claim(phase=api.Phase.LOST, reserved=("p1",)), {"p1": pod}, node=node)
+    assert result.found is found and not result.lost
+    assert result.status["phase"] == (api.Phase.BOUND if found else api.Phase.LOST)
+    assert result.status_changed is found
+
+
+def test_a_lost_claim_nobody_reserves_stays_lost_when_its_node_comes_back() -> None:
+    # Unreserved, it counted on no node while Lost: others may have been
+    # placed on its GPUs since, so Bound again there could overcommit.
+    result = plan(a_claim(phase=api.Phase.LOST, policy=api.ReclaimPolicy.RETAIN),
+                  node=NodeFacts(exists=True, ready=True))
+    assert not result.found and result.status["phase"] == api.Phase.LOST and not result.status_changed
+
+
+def test_a_lost_claim_whose_pod_finished_is_not_found_again() -> None:
+    result = plan(a_claim(phase=api.Phase.LOST, reserved=("p1",)), {"p1": PodFacts("p1", "Succeeded", "node-a")},
+                  node=NodeFacts(exists=True, ready=True))
+    assert not result.found and result.status["phase"] == api.Phase.LOST
+    assert result.status["reservedFor"] == []
+
+
 # --- rejections -----------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from gpuclaimctl.model import api
 from gpuclaimctl.client import kube
-from tests.helpers import wait_for
+from tests.helpers import gpu_node_manifest, node_is_ready, wait_for
 
 pytestmark = pytest.mark.plane
 CLAIMS = f"/apis/{api.GROUP}/{api.VERSION}"
@@ -512,6 +512,41 @@ def test_a_claim_whose_node_vanished_is_lost_and_placed_again_for_its_next_pod(
     moved = cluster.get_claim("keep")
     assert moved is not None and moved["status"]["phase"] == "Bound"
     assert moved["status"]["nodeName"] == spare
+
+
+def test_a_lost_claim_is_bound_again_when_its_node_comes_back_with_its_pod_still_on_it(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    flaky = node_name(gpu_nodes("flaky", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller(node_lost_grace=2.0)
+    cluster.pod("stays", [{"name": "g", "className": cls, "count": 2}])
+    wait_for(lambda: cluster.running_on("stays", flaky), timeout=60, message="stays Running")
+
+    # The Node object goes and comes back under its name (a kubelet that
+    # registers again); the pod, bound by name, is still there.
+    cluster.core.delete_node(flaky)
+    wait_for(lambda: (cluster.get_claim("stays-g") or {}).get("status", {}).get("phase") == "Lost",
+             timeout=30, message="the claim Lost once its node is gone past the grace period")
+    cluster.core.create_node(gpu_node_manifest(flaky, 4, kwok=True, labels=cluster.label))
+    wait_for(lambda: node_is_ready(cluster.core, flaky), timeout=30, message=f"{flaky} Ready again")
+
+    wait_for(lambda: (cluster.get_claim("stays-g") or {}).get("status", {}).get("phase") == "Bound",
+             timeout=30, message=lambda: f"the claim Bound again: {cluster.get_claim('stays-g')}")
+    claim = cluster.get_claim("stays-g")
+    assert claim is not None and claim["status"]["nodeName"] == flaky
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["stays"]
+    found = wait_for(lambda: cluster.events("Found"), timeout=10, message="a Found event on the claim")
+    assert flaky in found[0].message and "stays" in found[0].message
+    # What it holds counted on the node all along: a pod asking for the
+    # rest fits, one more GPU does not.
+    cluster.pod("rest", [{"name": "g", "className": cls, "count": 2}])
+    cluster.pod("more", [{"name": "g", "className": cls, "count": 1}])
+    wait_for(lambda: cluster.running_on("rest", flaky) or cluster.running_on("more", flaky), timeout=60,
+             message="one of rest and more placed on the node")
+    wait_for(lambda: {cluster.waiting_reason("rest-g"), cluster.waiting_reason("more-g")} & {"Capacity"},
+             timeout=30, message="the other waits for Capacity")
+    assert rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) <= 4
 
 
 def test_a_pod_whose_volume_reaches_one_node_is_placed_there_and_waits_when_none_can_take_it(

@@ -92,6 +92,8 @@ class ClaimPlan:
     delete: bool = False
     remove_finalizer: bool = False
     lost: bool = False
+    # A Lost claim Bound again: its node is back and its pod still there.
+    found: bool = False
     # Look again after this many seconds (a grace period or a rejection ends).
     requeue_after: float | None = None
 
@@ -176,6 +178,16 @@ def plan_claim(
             plan.lost = plan.status_changed = True
         else:
             plan._soonest(left)
+    # 5b. A Lost claim whose node is back (it exists and is Ready) while a
+    #     pod that reserves it is still bound there is Bound again: the pod
+    #     runs with those GPUs. Nothing else changes: a Lost claim still
+    #     reserved counts on its node as a Bound one does (decide.capacity).
+    #     A gated pod (no node yet) does not: its sync places the set anew.
+    elif (phase == api.Phase.LOST and node is not None and node.exists and node.ready
+          and any((p := pods.get(ref.get("uid", ""))) is not None and p.node_name == status.get("nodeName")
+                  for ref in keep)):
+        status["phase"] = api.Phase.BOUND
+        plan.found = plan.status_changed = True
 
     # 6. Rejections end when they expire or the node changed after them.
     rejected = status.get("rejectedNodes") or []

@@ -78,6 +78,12 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
                              f"node {status.get('nodeName')} has been gone or NotReady for more "
                              f"than {ctx.settings.node_lost_grace:.0f}s; the claim will be placed "
                              "again when its pod next needs it")
+        if plan.found:
+            pod_names = ", ".join(str(r.get("name")) for r in plan.status.get("reservedFor") or ())
+            log.info("lost claim found again on its node", extra={"claim": key, "node": status.get("nodeName")})
+            ctx.writer.event(_claim_ref(claim), "Normal", "Found",
+                             f"node {status.get('nodeName')} is back and Ready, and pod {pod_names} "
+                             "is still on it: the claim is Bound again")
     if plan.delete:
         ctx.writer.delete_claim(ns, name, meta["uid"])
         log.info("deleted template claim of a finished or vanished pod", extra={"claim": key})
