@@ -306,16 +306,19 @@ def test_a_released_claim_is_not_lost_with_the_node_it_no_longer_holds() -> None
 @pytest.mark.parametrize(
     "node, pod, found",
     [
-        pytest.param(NodeFacts(exists=True, ready=True), running("p1"), True, id="node-back-pod-still-there"),
-        pytest.param(NodeFacts(exists=True, ready=True), PodFacts("p1", "Pending", "node-a"), True,
+        pytest.param(NodeFacts(exists=True, ready=True, room=True), running("p1"), True,
+                     id="node-back-pod-still-there"),
+        pytest.param(NodeFacts(exists=True, ready=True, room=True), PodFacts("p1", "Pending", "node-a"), True,
                      id="node-back-pod-bound-not-started"),
+        pytest.param(NodeFacts(exists=True, ready=True, room=False), running("p1"), False,
+                     id="node-back-smaller-than-what-counts-on-it"),
         pytest.param(NodeFacts(exists=True, ready=False, unhealthy_since=ago(GRACE + 1)), running("p1"), False,
                      id="node-still-notready"),
         pytest.param(NodeFacts(exists=False, ready=False, unhealthy_since=ago(GRACE + 1)), running("p1"), False,
                      id="node-still-gone"),
-        pytest.param(NodeFacts(exists=True, ready=True), running("p1", node="node-b"), False,
+        pytest.param(NodeFacts(exists=True, ready=True, room=True), running("p1", node="node-b"), False,
                      id="pod-on-another-node"),
-        pytest.param(NodeFacts(exists=True, ready=True), PodFacts("p1", "Pending", ""), False,
+        pytest.param(NodeFacts(exists=True, ready=True, room=True), PodFacts("p1", "Pending", ""), False,
                      id="pod-gated-its-sync-places-the-set-anew"),
     ],
 )
@@ -332,13 +335,13 @@ def test_a_lost_claim_nobody_reserves_stays_lost_when_its_node_comes_back() -> N
     # Unreserved, it counted on no node while Lost: others may have been
     # placed on its GPUs since, so Bound again there could overcommit.
     result = plan(a_claim(phase=api.Phase.LOST, policy=api.ReclaimPolicy.RETAIN),
-                  node=NodeFacts(exists=True, ready=True))
+                  node=NodeFacts(exists=True, ready=True, room=True))
     assert not result.found and result.status["phase"] == api.Phase.LOST and not result.status_changed
 
 
 def test_a_lost_claim_whose_pod_finished_is_not_found_again() -> None:
     result = plan(a_claim(phase=api.Phase.LOST, reserved=("p1",)), {"p1": PodFacts("p1", "Succeeded", "node-a")},
-                  node=NodeFacts(exists=True, ready=True))
+                  node=NodeFacts(exists=True, ready=True, room=True))
     assert not result.found and result.status["phase"] == api.Phase.LOST
     assert result.status["reservedFor"] == []
 

@@ -4,6 +4,7 @@ kube-scheduler, kube-controller-manager, kwok nodes and the controller."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any, Callable
 
@@ -547,6 +548,30 @@ def test_a_lost_claim_is_bound_again_when_its_node_comes_back_with_its_pod_still
     wait_for(lambda: {cluster.waiting_reason("rest-g"), cluster.waiting_reason("more-g")} & {"Capacity"},
              timeout=30, message="the other waits for Capacity")
     assert rc.metric("gpuclaimctl_gpus_bound", **{"class": cls}) <= 4
+
+
+def test_a_lost_claim_stays_lost_when_its_node_comes_back_with_fewer_gpus_than_it_holds(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    flaky = node_name(gpu_nodes("shrunk", gpus=4, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    rc = run_controller(node_lost_grace=2.0)
+    cluster.pod("stays", [{"name": "g", "className": cls, "count": 2}])
+    wait_for(lambda: cluster.running_on("stays", flaky), timeout=60, message="stays Running")
+    cluster.core.delete_node(flaky)
+    wait_for(lambda: (cluster.get_claim("stays-g") or {}).get("status", {}).get("phase") == "Lost",
+             timeout=30, message="the claim Lost once its node is gone past the grace period")
+    syncs = rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="claim", result="ok")
+    cluster.core.create_node(gpu_node_manifest(flaky, 1, kwok=True, labels=cluster.label))
+    wait_for(lambda: node_is_ready(cluster.core, flaky), timeout=30, message=f"{flaky} Ready again")
+    # Its claim syncs run on the node's add and its Ready: Bound there would
+    # be 2 GPUs on 1.
+    wait_for(lambda: rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="claim", result="ok") > syncs,
+             timeout=30, message="a claim sync after the node came back")
+    time.sleep(2)
+    claim = cluster.get_claim("stays-g")
+    assert claim is not None and claim["status"]["phase"] == "Lost", claim["status"]
+    assert not cluster.events("Found")
 
 
 def test_a_pod_whose_volume_reaches_one_node_is_placed_there_and_waits_when_none_can_take_it(

@@ -82,6 +82,9 @@ class NodeFacts:
     ready: bool = True
     # Since when the node has been NotReady or gone, as far as we know.
     unhealthy_since: datetime | None = None
+    # Its allocatable covers everything counted on it, the claim's own GPUs
+    # included (read for a Lost claim only: Bound again only then).
+    room: bool = False
 
 
 @dataclass
@@ -183,7 +186,9 @@ def plan_claim(
     #     runs with those GPUs. Nothing else changes: a Lost claim still
     #     reserved counts on its node as a Bound one does (decide.capacity).
     #     A gated pod (no node yet) does not: its sync places the set anew.
-    elif (phase == api.Phase.LOST and node is not None and node.exists and node.ready
+    #     Nor a node that came back smaller than what is counted on it:
+    #     Bound GPUs never exceed a node's allocatable by our doing (I1).
+    elif (phase == api.Phase.LOST and node is not None and node.exists and node.ready and node.room
           and any((p := pods.get(ref.get("uid", ""))) is not None and p.node_name == status.get("nodeName")
                   for ref in keep)):
         status["phase"] = api.Phase.BOUND

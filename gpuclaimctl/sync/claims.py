@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from gpuclaimctl.client.errors import NotFound
+from gpuclaimctl.decide.capacity import claim_usage
 from gpuclaimctl.decide.claimplan import NodeFacts, PodFacts, plan_claim
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready
@@ -51,7 +52,8 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
         # A node that went while we were down has no delete event: its grace
         # period starts the first time a sync finds it missing or NotReady.
         since = None if ready else ctx.view.unhealthy_since(node_name)
-        node = NodeFacts(exists=n is not None, ready=ready, unhealthy_since=since)
+        node = NodeFacts(exists=n is not None, ready=ready, unhealthy_since=since,
+                         room=status.get("phase") == api.Phase.LOST and _room_for(ctx, claim))
 
     waited_for = any(has_gate(p) for p in ctx.pods.by_index(indexes.PODS_BY_CLAIM, key))
     resource = _class_resource(ctx, claim)
@@ -118,6 +120,21 @@ def _settle_inflight(ctx: SyncContext, claim: Obj) -> None:
     if live is None or live["metadata"].get("uid") != uid:
         return  # gone: the informer's delete ends the entry
     ctx.wake(ctx.view.settled(uid, live["metadata"].get("resourceVersion", "")))
+
+
+def _room_for(ctx: SyncContext, claim: Obj) -> bool:
+    """Whether the allocatable of the claim's node covers all that is
+    counted on it, what the claim holds included (a Lost claim still
+    reserved is counted there, decide.capacity.claim_usage)."""
+    cls = (claim.get("spec") or {}).get("className", "")
+    resource = _class_resource(ctx, claim)
+    held = claim_usage(claim, {cls: resource} if resource else {})
+    if held is None:
+        return False
+    node_name, resource, _count = held
+    info = ctx.view.cluster().nodes.get(node_name)
+    return info is not None and ctx.view.used().get(resource, {}).get(node_name, 0) <= \
+        info.allocatable.get(resource, 0)
 
 
 def _class_resource(ctx: SyncContext, claim: Obj) -> str | None:
