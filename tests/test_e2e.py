@@ -515,23 +515,31 @@ def test_a_claim_whose_node_vanished_is_lost_and_placed_again_for_its_next_pod(
     assert moved["status"]["nodeName"] == spare
 
 
-def test_a_lost_claim_is_bound_again_when_its_node_comes_back_with_its_pod_still_on_it(
-    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
-) -> None:
-    flaky = node_name(gpu_nodes("flaky", gpus=4, labels=cluster.label))
+def lose_node_and_bring_it_back(cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+                                back_with: int) -> tuple[str, str, Any, float]:
+    """Pod `stays` Running on a 4-GPU node with its claim `stays-g` of 2; the
+    Node object goes until the claim is Lost, then comes back under its name
+    with `back_with` GPUs (a kubelet that registers again), the pod, bound by
+    name, still there. Returns the node, the class, the controller and its
+    count of claim syncs from before the node came back."""
+    node = node_name(gpu_nodes("flaky", gpus=4, labels=cluster.label))
     cls = cluster.gpu_class("a100")
     rc = run_controller(node_lost_grace=2.0)
     cluster.pod("stays", [{"name": "g", "className": cls, "count": 2}])
-    wait_for(lambda: cluster.running_on("stays", flaky), timeout=60, message="stays Running")
-
-    # The Node object goes and comes back under its name (a kubelet that
-    # registers again); the pod, bound by name, is still there.
-    cluster.core.delete_node(flaky)
+    wait_for(lambda: cluster.running_on("stays", node), timeout=60, message="stays Running")
+    cluster.core.delete_node(node)
     wait_for(lambda: (cluster.get_claim("stays-g") or {}).get("status", {}).get("phase") == "Lost",
              timeout=30, message="the claim Lost once its node is gone past the grace period")
-    cluster.core.create_node(gpu_node_manifest(flaky, 4, kwok=True, labels=cluster.label))
-    wait_for(lambda: node_is_ready(cluster.core, flaky), timeout=30, message=f"{flaky} Ready again")
+    syncs = rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="claim", result="ok")
+    cluster.core.create_node(gpu_node_manifest(node, back_with, kwok=True, labels=cluster.label))
+    wait_for(lambda: node_is_ready(cluster.core, node), timeout=30, message=f"{node} Ready again")
+    return node, cls, rc, syncs
 
+
+def test_a_lost_claim_is_bound_again_when_its_node_comes_back_with_its_pod_still_on_it(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    flaky, cls, rc, _ = lose_node_and_bring_it_back(cluster, gpu_nodes, run_controller, back_with=4)
     wait_for(lambda: (cluster.get_claim("stays-g") or {}).get("status", {}).get("phase") == "Bound",
              timeout=30, message=lambda: f"the claim Bound again: {cluster.get_claim('stays-g')}")
     claim = cluster.get_claim("stays-g")
@@ -553,17 +561,7 @@ def test_a_lost_claim_is_bound_again_when_its_node_comes_back_with_its_pod_still
 def test_a_lost_claim_stays_lost_when_its_node_comes_back_with_fewer_gpus_than_it_holds(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:
-    flaky = node_name(gpu_nodes("shrunk", gpus=4, labels=cluster.label))
-    cls = cluster.gpu_class("a100")
-    rc = run_controller(node_lost_grace=2.0)
-    cluster.pod("stays", [{"name": "g", "className": cls, "count": 2}])
-    wait_for(lambda: cluster.running_on("stays", flaky), timeout=60, message="stays Running")
-    cluster.core.delete_node(flaky)
-    wait_for(lambda: (cluster.get_claim("stays-g") or {}).get("status", {}).get("phase") == "Lost",
-             timeout=30, message="the claim Lost once its node is gone past the grace period")
-    syncs = rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="claim", result="ok")
-    cluster.core.create_node(gpu_node_manifest(flaky, 1, kwok=True, labels=cluster.label))
-    wait_for(lambda: node_is_ready(cluster.core, flaky), timeout=30, message=f"{flaky} Ready again")
+    _node, _cls, rc, syncs = lose_node_and_bring_it_back(cluster, gpu_nodes, run_controller, back_with=1)
     # Its claim syncs run on the node's add and its Ready: Bound there would
     # be 2 GPUs on 1.
     wait_for(lambda: rc.metric("gpuclaimctl_sync_duration_seconds_count", kind="claim", result="ok") > syncs,
