@@ -44,9 +44,10 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl.decide.budget import check_budgets, new_asks
-from gpuclaimctl.model.api import CLAIMS_ANNOTATION, OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
+from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo, BudgetUse
 from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, VolumeConstraint, untolerated_taint
+from gpuclaimctl.model.resources import requests_beyond_claims
 from gpuclaimctl.model.snapshot import (
     NO_USE,
     ClaimState,
@@ -220,15 +221,8 @@ def _requests_beyond_claims(pod: PodInfo, states: Sequence[ClaimState], cluster:
         held[resource] = held.get(resource, 0) + c.count
         parts.setdefault(resource, []).append(f"{c.name}: {c.count} {c.class_name}")
     counted = {cls.resource_name for cls in cluster.classes.values()}
-    for resource, requested in pod.requests:
-        if resource in counted and requested > held.get(resource, 0):
-            detail = ", ".join(parts.get(resource, ())) or "none of its claims is of a class counted in it"
-            return _whole_set_waits(
-                states, WaitReason.INVALID_CLAIMS,
-                f"the pod's containers request {requested} {resource} but its GPU claims hold "
-                f"{held.get(resource, 0)} ({detail}); request at most what the claims hold, or "
-                f"claim more in {CLAIMS_ANNOTATION}")
-    return None
+    refusal = requests_beyond_claims(pod.requests, held, counted, parts)
+    return None if refusal is None else _whole_set_waits(states, WaitReason.INVALID_CLAIMS, refusal)
 
 
 class _Placer:

@@ -10,8 +10,10 @@ globals.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
+
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION
 
 _QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 # suffix -> (power of 2, power of 10). "E" alone is exa (10^18), "Ei" exbi;
@@ -121,3 +123,18 @@ def _container_request(container: Mapping[str, Any], resource: str) -> int:
     if value is None:
         value = (resources.get("limits") or {}).get(resource)
     return parse_quantity(value) or 0
+
+
+def requests_beyond_claims(requests: Iterable[tuple[str, int]], held: Mapping[str, int], counted: Set[str],
+                           detail: Mapping[str, Sequence[str]]) -> str | None:
+    """Why a pod may not have its claims: its containers request more of a
+    resource some class counts in than its claims hold of it (`held`;
+    `detail`, per resource, says what each claim gives). None if they do
+    not. The webhook refuses with this at create, placement waits with it."""
+    for resource, requested in sorted(requests):
+        if resource in counted and requested > held.get(resource, 0):
+            what = "; ".join(detail.get(resource, ())) or "none of its claims is of a class counted in it"
+            return (f"the pod's containers request {requested} {resource} but its GPU claims hold "
+                    f"{held.get(resource, 0)} ({what}); request at most what the claims hold, or "
+                    f"claim more in {CLAIMS_ANNOTATION}")
+    return None

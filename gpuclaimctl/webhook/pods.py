@@ -40,7 +40,7 @@ from gpuclaimctl.model.podclaims import (
     has_gate,
     pod_claims,
 )
-from gpuclaimctl.model.resources import pod_request
+from gpuclaimctl.model.resources import pod_request, requests_beyond_claims
 from gpuclaimctl.webhook.review import (
     AdmissionRequest,
     Operation,
@@ -238,14 +238,9 @@ def _requests_within_claims(pod: Mapping[str, Any], namespace: str, entries: tup
         resource = resources[cls]
         given[resource] = given.get(resource, 0) + count
         parts.setdefault(resource, []).append(f"entry {entry.name!r}: {count} {cls} ({where})")
-    for resource in sorted(set(resources.values())):
-        requested, held = pod_request(pod, resource), given.get(resource, 0)
-        if requested > held:
-            detail = "; ".join(parts.get(resource, [])) or "none of its claims is of a class counted in it"
-            return invalid(f"the pod's containers request {requested} {resource} but its GPU claims "
-                           f"hold {held} ({detail}); request at most what the claims hold, or "
-                           f"claim more in {api.CLAIMS_ANNOTATION}")
-    return allow()
+    counted = set(resources.values())
+    refusal = requests_beyond_claims(((r, pod_request(pod, r)) for r in counted), given, counted, parts)
+    return allow() if refusal is None else invalid(refusal)
 
 
 def _claimless_gpu_pod(pod: Mapping[str, Any], namespace: str, view: AdmissionView) -> Verdict:
