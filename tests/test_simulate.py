@@ -282,10 +282,20 @@ def test_each_copy_counts_the_ones_placed_before_it() -> None:
     assert "needs 3 nvidia.com/gpu on one node" in outs[3].explanation.decision.message
 
 
-def test_requests_beyond_the_claims_count_against_the_node() -> None:
-    # Each copy's container asks for 4 GPUs, its claim holds 1: the scheduler counts 4.
-    outs = run(objects(api_node("a0", 8)), deployment("d", inline(1), replicas=3, gpus=4))
-    assert placements(outs) == ["a0", "a0", WaitReason.CAPACITY]
+def test_requests_beyond_the_claims_count_against_the_node_and_a_copy_asking_for_them_waits() -> None:
+    # A pod running on a0 whose container asks for 4 GPUs while its claim
+    # holds 1: the scheduler counts 4, so 4 of the 8 are left.
+    running = bare_pod("r", inline(1), gpus=4)
+    running["metadata"].update(namespace="team", uid="r")
+    running["spec"].pop("schedulingGates", None)
+    running["spec"]["nodeName"] = "a0"
+    running["status"] = {"phase": "Running"}
+    outs = run(objects(api_node("a0", 8), claims=[bound_claim("r-g", "a0", 1, pod_uid="r")], pods=[running]),
+               deployment("d", inline(2), replicas=3), deployment("x", inline(1), gpus=4))
+    # A copy asking for 4 with a claim of 1 would be pinned where its claim
+    # fits and refused there: it waits, as the webhook refuses it.
+    assert placements(outs) == ["a0", "a0", WaitReason.CAPACITY, WaitReason.INVALID_CLAIMS]
+    assert "request 4 nvidia.com/gpu but its GPU claims hold 1" in outs[3].explanation.decision.message
 
 
 def test_a_named_claim_serves_one_copy_and_the_next_sees_it_in_use() -> None:

@@ -38,6 +38,7 @@ def test_replay() -> None:
 
 
 @pytest.mark.skipif("GPUCLAIMCTL_SIM_SEEDS" not in os.environ, reason="set GPUCLAIMCTL_SIM_SEEDS for a long run")
+@pytest.mark.timeout(0)  # as long as the seeds asked for take (300 take about 7 minutes)
 def test_many() -> None:
     first = int(os.environ.get("GPUCLAIMCTL_SIM_FIRST", CI_SEEDS))
     for seed in range(first, first + int(os.environ["GPUCLAIMCTL_SIM_SEEDS"])):
