@@ -420,6 +420,27 @@ def test_a_pod_whose_containers_ask_for_more_gpus_than_its_claims_hold_waits_inv
     assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="InvalidClaims") >= 1
 
 
+def test_an_inline_entry_edited_while_its_pod_waits_has_its_claim_made_again(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+) -> None:
+    node = node_name(gpu_nodes("small", gpus=2, labels=cluster.label))
+    cls = cluster.gpu_class("a100")
+    run_controller()
+    cluster.pod("edited", [{"name": "g", "className": cls, "count": 4}])
+    wait_for(lambda: cluster.waiting_reason("edited-g") == "Capacity", timeout=30,
+             message=lambda: f"edited-g waiting for Capacity: {cluster.get_claim('edited-g')}")
+    old_uid = (cluster.get_claim("edited-g") or {})["metadata"]["uid"]
+    # A claim's spec cannot change: the claim made from the old entry goes,
+    # and one is made as the annotation says now.
+    cluster.core.patch_namespaced_pod("edited", cluster.ns, {"metadata": {"annotations": {
+        api.CLAIMS_ANNOTATION: json.dumps([{"name": "g", "className": cls, "count": 1}])}}})
+    wait_for(lambda: cluster.running_on("edited", node), timeout=60,
+             message=lambda: f"edited Running on {node}: {cluster.describe_pod('edited')}")
+    claim = cluster.get_claim("edited-g")
+    assert claim is not None and claim["metadata"]["uid"] != old_uid
+    assert claim["spec"]["count"] == 1 and claim["status"]["phase"] == "Bound"
+
+
 def test_a_node_the_scheduler_refuses_is_rejected_and_the_recreated_pod_lands_elsewhere(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:

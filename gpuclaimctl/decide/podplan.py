@@ -44,7 +44,18 @@ class ToCreate:
     entry: ClaimEntry
 
 
-Resolved = Found | ToCreate | UnresolvedClaim
+@dataclass(frozen=True)
+class Outdated:
+    """The pod's own claim of an inline entry, made from an earlier version
+    of the entry (the annotation was edited while the pod was gated) and
+    used by nobody: to delete, then to make again as `body` says. A claim's
+    spec cannot change, so there is no other way to follow the edit."""
+    claim: Mapping[str, Any]
+    body: Obj
+    message: str
+
+
+Resolved = Found | ToCreate | UnresolvedClaim | Outdated
 
 
 def resolve(pod: Mapping[str, Any], entries: Sequence[ClaimEntry], get_claim: Lookup,
@@ -59,7 +70,8 @@ def resolve(pod: Mapping[str, Any], entries: Sequence[ClaimEntry], get_claim: Lo
         if entry.source is EntrySource.CLAIM:
             out.append(_named_claim(claim, name, ns, pod_uid))
         elif claim is not None:
-            out.append(_template_claim(claim, name, entry, pod_name, pod_uid))
+            out.append(_outdated(pod, claim, entry, pod_uid)
+                       or _template_claim(claim, name, entry, pod_name, pod_uid))
         elif entry.source is EntrySource.TEMPLATE:
             template = get_template(ns, entry.template or "")
             if template is None:
@@ -84,6 +96,25 @@ def _named_claim(claim: Mapping[str, Any] | None, name: str, ns: str, pod_uid: s
                                "from its template or inline entry and serves that pod alone; "
                                "name a GPUClaim of your own")
     return Found(claim)
+
+
+def _outdated(pod: Mapping[str, Any], claim: Mapping[str, Any], entry: ClaimEntry, pod_uid: str) -> Outdated | None:
+    """`claim` if it is the pod's own claim of inline `entry` with another
+    class or count than the entry has now, and holds nothing: Pending,
+    reserved by nobody, not being deleted. One already reserved or bound
+    is kept (the webhook refuses the edit then): its set is under way."""
+    if entry.source is not EntrySource.INLINE or not is_template_claim_of(claim, pod_uid):
+        return None
+    spec, status = claim.get("spec") or {}, claim.get("status") or {}
+    if (spec.get("className"), spec.get("count")) == (entry.class_name, entry.count):
+        return None
+    if status.get("reservedFor") or status.get("phase") not in (None, api.Phase.PENDING) \
+            or claim["metadata"].get("deletionTimestamp"):
+        return None
+    return Outdated(claim, template_claim(pod, entry, None),
+                    f"GPUClaim {claim['metadata']['name']!r} was made from an earlier version of entry "
+                    f"{entry.name!r} ({spec.get('count')} × {spec.get('className')}); it is deleted and "
+                    f"made again as the annotation says now ({entry.count} × {entry.class_name})")
 
 
 def _template_claim(claim: Mapping[str, Any], name: str, entry: ClaimEntry, pod_name: str,

@@ -50,7 +50,7 @@ from typing import Any
 from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound, surely_not_written
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed, Waiting, decide
-from gpuclaimctl.decide.podplan import Found, ToCreate
+from gpuclaimctl.decide.podplan import Found, Outdated, ToCreate
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo
 from gpuclaimctl.model.nodeaffinity import Taint, Toleration, untolerated_node_state_taint
@@ -116,6 +116,14 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         raw: dict[str, Mapping[str, Any]] = {}
         states: list[ClaimState | UnresolvedClaim] = []
         for entry, r in zip(entries, resolved):
+            if isinstance(r, Outdated):
+                # Made again once the delete is seen (the claim's delete
+                # event brings the pod back); until then the set waits.
+                ctx.writer.delete_claim(info.namespace, r.claim["metadata"]["name"], r.claim["metadata"]["uid"])
+                log.info("deleted a claim made from an earlier annotation", extra={"pod": key})
+                states.append(UnresolvedClaim(r.claim["metadata"]["name"], api.WaitReason.CLAIM_MISSING,
+                                              r.message))
+                continue
             claim = created.get(entry.name) if isinstance(r, ToCreate) else (
                 r.claim if isinstance(r, Found) else None)
             if claim is None:
