@@ -44,6 +44,7 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
     if owner_uid:
         owner = _pod_facts(ctx, ns, template_owner_name(claim), owner_uid, name)
 
+    resource = _class_resource(ctx, claim)
     node = None
     if status.get("nodeName"):
         node_name = status["nodeName"]
@@ -53,10 +54,9 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
         # period starts the first time a sync finds it missing or NotReady.
         since = None if ready else ctx.view.unhealthy_since(node_name)
         node = NodeFacts(exists=n is not None, ready=ready, unhealthy_since=since,
-                         room=status.get("phase") == api.Phase.LOST and _room_for(ctx, claim))
+                         room=status.get("phase") == api.Phase.LOST and _room_for(ctx, claim, resource))
 
     waited_for = any(has_gate(p) for p in ctx.pods.by_index(indexes.PODS_BY_CLAIM, key))
-    resource = _class_resource(ctx, claim)
     plan = plan_claim(claim, pods, owner, node, ctx.now(),
                       node_lost_grace=ctx.settings.node_lost_grace,
                       reject_for=ctx.settings.reject_for, nodes_changed=ctx.view.nodes_changed(),
@@ -122,13 +122,13 @@ def _settle_inflight(ctx: SyncContext, claim: Obj) -> None:
     ctx.wake(ctx.view.settled(uid, live["metadata"].get("resourceVersion", "")))
 
 
-def _room_for(ctx: SyncContext, claim: Obj) -> bool:
+def _room_for(ctx: SyncContext, claim: Obj, class_resource: str | None) -> bool:
     """Whether the allocatable of the claim's node covers all that is
     counted on it, what the claim holds included (a Lost claim still
-    reserved is counted there, decide.capacity.claim_usage)."""
+    reserved is counted there, decide.capacity.claim_usage).
+    `class_resource`: its class's resourceName (None: the class is gone)."""
     cls = (claim.get("spec") or {}).get("className", "")
-    resource = _class_resource(ctx, claim)
-    held = claim_usage(claim, {cls: resource} if resource else {})
+    held = claim_usage(claim, {cls: class_resource} if class_resource else {})
     if held is None:
         return False
     node_name, resource, _count = held
