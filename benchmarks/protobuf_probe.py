@@ -20,8 +20,8 @@ turning the bytes into what the controller caches:
 It fails unless both give equal dicts for every pod. Each figure is the
 best of ``--repeat`` runs of CPU time with the cyclic collector paused.
 This is a probe of a design choice, not a reader: the protobuf decoder
-here covers what the probe's pods hold (no matchFields pruning rules
-beyond them, no Status frames), and nothing in the controller uses it.
+covers the kept fields as the probe's pods hold them (no envelope, no
+Status frames), and nothing in the controller uses it.
 """
 
 from __future__ import annotations

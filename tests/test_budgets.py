@@ -193,3 +193,12 @@ def test_a_placement_in_flight_that_ends_without_landing_wakes_the_pods_it_held_
     assert s.gated("p2")
     s.drain()
     assert not s.gated("p2")
+
+
+
+def test_refusal_message_agrees_with_one_gpu() -> None:
+    """"1 is bound, 1 is being placed", not "1 are"."""
+    refusal = check_budgets([_budget({"a100": 2})], BudgetUse({"a100": 1}, {"a100": 1}), [("a100", 1)])
+    assert refusal is not None
+    assert refusal.message == ("GPUBudget team/team-a allows 2 a100 GPUs; 1 is bound, 1 is being placed; "
+                               "this set needs 1 more")

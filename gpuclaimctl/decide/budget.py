@@ -26,9 +26,13 @@ class BudgetRefusal:
 
     @property
     def message(self) -> str:
-        placing = f", {self.placing} are being placed" if self.placing else ""
+        placing = f", {self.placing} {_be(self.placing)} being placed" if self.placing else ""
         return (f"GPUBudget {self.budget.key} allows {self.limit.gpus} {self.limit.describe()}; "
-                f"{self.bound} are bound{placing}; this set needs {self.needs} more")
+                f"{self.bound} {_be(self.bound)} bound{placing}; this set needs {self.needs} more")
+
+
+def _be(count: int) -> str:
+    return "is" if count == 1 else "are"
 
 
 def new_asks(states: Iterable[ClaimState]) -> list[tuple[str, int]]:
