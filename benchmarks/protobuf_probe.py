@@ -85,35 +85,33 @@ def server_pod(i: int) -> dict[str, Any]:
 Fields = Iterator[tuple[int, int, int]]
 
 
+def _varint(b: bytes, i: int, first: int) -> tuple[int, int]:
+    """The rest of a varint whose first byte ``first`` (continued) came before ``i``."""
+    value = first & 0x7F
+    shift = 7
+    while True:
+        x = b[i]
+        i += 1
+        value |= (x & 0x7F) << shift
+        shift += 7
+        if not x & 0x80:
+            return value, i
+
+
 def fields(b: bytes, i: int, end: int) -> Fields:
-    """(field number, start, end) of each length-delimited field, (number, value, -1) of each varint."""
+    """(field number, start, end) of each length-delimited field, (number, value, -1) of each varint.
+    One-byte varints, nearly all of them, are read inline."""
     while i < end:
         tag = b[i]
         i += 1
         if tag & 0x80:
-            tag &= 0x7F
-            shift = 7
-            while True:
-                x = b[i]
-                i += 1
-                tag |= (x & 0x7F) << shift
-                shift += 7
-                if not x & 0x80:
-                    break
+            tag, i = _varint(b, i, tag)
         wire = tag & 7
         if wire in (0, 2):
             n = b[i]
             i += 1
             if n & 0x80:
-                n &= 0x7F
-                shift = 7
-                while True:
-                    x = b[i]
-                    i += 1
-                    n |= (x & 0x7F) << shift
-                    shift += 7
-                    if not x & 0x80:
-                        break
+                n, i = _varint(b, i, n)
             if wire == 2:
                 yield tag >> 3, i, i + n
                 i += n
