@@ -101,6 +101,11 @@ class LeaseServer:
         assert self.record is not None
         self._store(dataclasses.replace(self.record, holder_identity=holder))
 
+    def delete(self) -> None:
+        """Someone deletes the Lease (`kubectl delete lease`)."""
+        self.version += 1
+        self.record = None
+
     def _store(self, record: LeaderElectionRecord) -> None:
         self.version += 1
         self.record = record
@@ -284,6 +289,39 @@ def test_a_renewal_by_the_holder_restarts_the_expiry_clock(h: Harness) -> None:
     h.clock.advance(0.001)  # 15 s since a saw the renewal
     assert a.try_acquire_or_renew(10)
     assert a.leader() == "a"
+
+
+def test_a_deleted_lease_is_waited_out_for_the_holder_last_seen(h: Harness) -> None:
+    """Deleting the Lease does not stop its holder, which writes until its
+    renew fails: a standby that creates it at once is a second writer."""
+    b = h.elector("b")
+    a = h.elector("a")
+    assert b.try_acquire_or_renew(10)
+    assert not a.try_acquire_or_renew(10)
+    seen = h.clock.mono
+    h.server.delete()
+    calls = len(h.server.calls)
+
+    h.clock.advance(14.9)
+    assert not a.try_acquire_or_renew(10)
+    assert h.server.record is None
+    assert "create" not in h.server.calls[calls:]
+    h.clock.advance(seen + 15 - h.clock.mono)
+    assert a.try_acquire_or_renew(10)
+    assert h.server.record is not None and h.server.record.holder_identity == "a"
+
+
+def test_the_holder_recreates_its_deleted_lease_and_keeps_leading(h: Harness) -> None:
+    b = h.elector("b")
+    a = h.elector("a")
+    assert b.try_acquire_or_renew(10)
+    assert not a.try_acquire_or_renew(10)
+    h.server.delete()
+    h.clock.advance(2)
+    assert b.try_acquire_or_renew(10)
+    assert b.is_leader()
+    assert h.server.record is not None and h.server.record.holder_identity == "b"
+    assert not a.try_acquire_or_renew(10)
 
 
 def test_a_released_lease_is_taken_at_once(h: Harness) -> None:

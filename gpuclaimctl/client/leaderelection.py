@@ -498,6 +498,19 @@ class LeaderElector:
             self._log.error("error retrieving lease", extra={"error": e})
             return False
         if current is None:
+            # A Lease that vanished (someone deleted it) does not end its
+            # holder's term: that leader writes until its renew fails, up to
+            # its renew deadline. So the last record we saw of another holder
+            # is waited out as if it were still stored. client-go creates
+            # the Lease at once, and two leaders write side by side for up
+            # to a retry period (I3). A candidate that never saw a holder
+            # (a first start) takes it at once; the holder itself recreates it.
+            with self._cond:
+                if (self._observed is not None and self._observed.holder_identity
+                        and not self._holds(self._observed) and self._lease_valid(self._clock.monotonic())):
+                    self._log.v(2).info("the lease is gone, but its last holder's term has not run out",
+                                        extra={"holder": self._observed.holder_identity})
+                    return False
             try:
                 stored = self._lock.create(desired, self._remaining(attempt_deadline))
             except Exception as e:
