@@ -265,6 +265,17 @@ def test_delete_claim_with_another_uid_conflicts_and_a_gone_claim_is_no_error(fa
     assert fake.get(CLAIMS, "ns", "c") is None
 
 
+def test_delete_claim_given_a_resource_version_holds_to_it(fake: FakeApi) -> None:
+    read = fake.create_claim(claim_body())
+    uid, rv = read["metadata"]["uid"], read["metadata"]["resourceVersion"]
+    fake.patch(CLAIMS, "ns", "c", lambda c: c["metadata"].setdefault("labels", {}).update(team="a"))
+    with pytest.raises(Conflict):
+        fake.delete_claim("ns", "c", uid, rv)  # it changed since it was read
+    assert fake.get(CLAIMS, "ns", "c") is not None
+    fake.delete_claim("ns", "c", uid)  # uid alone, as the claim sync deletes
+    assert fake.get(CLAIMS, "ns", "c") is None
+
+
 def test_delete_pod_holds_to_its_uid_and_resource_version(fake: FakeApi) -> None:
     pod = fake.create(PODS, pod_body())
     uid, rv = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]

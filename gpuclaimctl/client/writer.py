@@ -106,9 +106,12 @@ class Writer:
         return self._write("PUT", f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{m['namespace']}/"
                                   f"{api.BUDGET_PLURAL}/{m['name']}/status", budget)
 
-    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+    def delete_claim(self, namespace: str, name: str, uid: str, resource_version: str | None = None) -> None:
+        """Delete a claim if it is still that object (`uid`) and, given
+        `resource_version`, unchanged since it was read (else 409 Conflict)."""
+        preconditions = {"uid": uid} if resource_version is None else {"uid": uid, "resourceVersion": resource_version}
         try:
-            self._write("DELETE", self._claim_path(namespace, name), {"preconditions": {"uid": uid}})
+            self._write("DELETE", self._claim_path(namespace, name), {"preconditions": preconditions})
         except NotFound:
             pass
 

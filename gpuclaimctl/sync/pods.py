@@ -119,7 +119,10 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             if isinstance(r, Outdated):
                 # Made again once the delete is seen (the claim's delete
                 # event brings the pod back); until then the set waits.
-                ctx.writer.delete_claim(info.namespace, r.claim["metadata"]["name"], r.claim["metadata"]["uid"])
+                # Only the version read: a bind of ours the cache does not
+                # show yet makes it a 409, and the pod is synced again.
+                meta = r.claim["metadata"]
+                ctx.writer.delete_claim(info.namespace, meta["name"], meta["uid"], meta.get("resourceVersion"))
                 log.info("deleted a claim made from an earlier annotation", extra={"pod": key})
                 states.append(UnresolvedClaim(r.claim["metadata"]["name"], api.WaitReason.CLAIM_MISSING,
                                               r.message))

@@ -224,11 +224,12 @@ class FakeApi:
         return self._writer_call("update_budget_status", budget,
                                  lambda: self._update(BUDGETS, budget, _Part.STATUS, forced_ok=False))
 
-    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
-        body = {"metadata": {"namespace": namespace, "name": name}, "preconditions": {"uid": uid}}
+    def delete_claim(self, namespace: str, name: str, uid: str, resource_version: str | None = None) -> None:
+        preconditions = {"uid": uid} if resource_version is None else {"uid": uid, "resourceVersion": resource_version}
+        body = {"metadata": {"namespace": namespace, "name": name}, "preconditions": preconditions}
         try:
-            self._writer_call("delete_claim", body,
-                              lambda: self._delete(CLAIMS, namespace, name, uid=uid))
+            self._writer_call("delete_claim", body, lambda: self._delete(
+                CLAIMS, namespace, name, uid=uid, resource_version=resource_version))
         except NotFound:
             pass
 
