@@ -31,6 +31,7 @@ class Server:
         self.requests: list[bytes] = []
         self.connections = 0
         self.hang_up_after_answer = False  # close the connection without saying so
+        self.trickle = False  # send each answer a few bytes at a time
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -66,7 +67,12 @@ class Server:
                 answer = (self.answers.pop(0) if len(self.answers) > 1 else self.answers[0])(request)
                 if answer is None:
                     return
-                conn.sendall(answer)
+                if self.trickle:
+                    for i in range(0, len(answer), 3):
+                        conn.sendall(answer[i:i + 3])
+                        time.sleep(0.001)
+                else:
+                    conn.sendall(answer)
                 if b"Connection: close" in answer.split(b"\r\n\r\n")[0] or self.hang_up_after_answer:
                     return
 
@@ -165,6 +171,18 @@ def test_an_answer_with_no_length_runs_to_the_end_of_the_connection(serve) -> No
     server.hang_up_after_answer = True
     assert http.request("GET", "/", {}, None, 5) == (200, b"all of it")
     assert http._idle == []
+
+
+def test_an_answer_whose_head_comes_in_pieces_or_with_bare_line_feeds_is_read_whole(serve) -> None:  # type: ignore[no-untyped-def]
+    """The head is split at once when the reader holds all of it, else read
+    line by line: both give the same answer."""
+    server, http = serve(ok(b'{"a":1}', "Audit-Id: 1\r\nConnection: keep-alive\r\n"),
+                         lambda _r: b"HTTP/1.1 200 OK\nContent-Length: 2\n\nhi")
+    server.trickle = True
+    assert http.request("GET", "/", {}, None, 5) == (200, b'{"a":1}')
+    server.trickle = False
+    assert http.request("GET", "/", {}, None, 5) == (200, b"hi")
+    assert server.connections == 1
 
 
 def test_204_and_interim_answers(serve) -> None:  # type: ignore[no-untyped-def]

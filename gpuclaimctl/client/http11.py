@@ -130,6 +130,27 @@ def _head(method: str, target: str, host: str, headers: dict[str, str], body: by
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+def _status(line: bytes) -> int:
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise HttpError(f"not an HTTP/1.1 status line: {parts[:2]!r}")
+    return int(parts[1])
+
+
+def _fields(lines: list[bytes]) -> dict[str, str]:
+    """The header fields this client interprets (Content-Length,
+    Transfer-Encoding, Connection), lower-cased names."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise HttpError("a header line without a colon")
+        key = name.strip().lower().decode("latin-1")
+        if key in ("content-length", "transfer-encoding", "connection"):
+            fields[key] = value.strip().decode("latin-1")
+    return fields
+
+
 class _Conn:
     def __init__(self, conn: Any) -> None:
         self._conn = conn  # urllib3's connection: closes the socket (TLS included)
@@ -195,21 +216,26 @@ class _Conn:
         return line
 
     def _read_head(self, deadline: float) -> tuple[int, dict[str, str]]:
-        parts = self._line(deadline).split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise HttpError(f"not an HTTP/1.1 status line: {parts[:2]!r}")
-        status = int(parts[1])
-        fields: dict[str, str] = {}
+        """The status and the interpreted header fields. Where the whole
+        head is in what the reader holds already (the API server's answer
+        comes in one TLS record: nearly always), it is taken and split at
+        once; else line by line, each read with the time left."""
+        self._timeout(deadline)
+        ahead = self._file.peek(1)  # what is buffered; one read if nothing is
+        end = ahead.find(b"\r\n\r\n", 0, _MAX_LINE)
+        if end >= 0:
+            lines = self._file.read(end + 4).split(b"\r\n")
+            del lines[-2:]  # the blank line that ends the head
+            if len(lines) > _MAX_HEADERS + 1:
+                raise HttpError("too many header lines")
+            return _status(lines[0]), _fields(lines[1:])
+        status = _status(self._line(deadline))
+        lines = []
         for _ in range(_MAX_HEADERS):
             line = self._line(deadline)
             if line in (b"\r\n", b"\n"):
-                return status, fields
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise HttpError("a header line without a colon")
-            key = name.strip().lower().decode("latin-1")
-            if key in ("content-length", "transfer-encoding", "connection"):
-                fields[key] = value.strip().decode("latin-1")
+                return status, _fields(lines)
+            lines.append(line)
         raise HttpError("too many header lines")
 
     def _read_body(self, status: int, fields: dict[str, str], deadline: float) -> tuple[bytes, bool]:
