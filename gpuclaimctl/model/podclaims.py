@@ -394,11 +394,19 @@ def _is_dns_subdomain(value: str) -> bool:
 
 
 def has_gate(pod: Mapping[str, Any]) -> bool:
-    """The pod carries our scheduling gate."""
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
-    return isinstance(gates, list) and any(
-        isinstance(g, Mapping) and g.get("name") == SCHEDULING_GATE for g in gates)
+    """The pod carries our scheduling gate.
+
+    Called several times for every pod event (indexes, handlers, the view):
+    the plain-dict test comes first, as an `isinstance` against the
+    `Mapping` ABC costs more than the rest of the check."""
+    spec = pod.get("spec") if type(pod) is dict or isinstance(pod, Mapping) else None
+    gates = spec.get("schedulingGates") if type(spec) is dict or isinstance(spec, Mapping) else None
+    if type(gates) is not list:
+        return False
+    for g in gates:
+        if (type(g) is dict or isinstance(g, Mapping)) and g.get("name") == SCHEDULING_GATE:
+            return True
+    return False
 
 
 def named_claims(pod: Mapping[str, Any]) -> frozenset[str]:
