@@ -271,9 +271,10 @@ def pod_claim_names(pod: Mapping[str, Any]) -> set[str] | None:
     text = (_meta(pod).get("annotations") or {}).get(api.CLAIMS_ANNOTATION)
     try:
         entries = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[...]]]]" nested deep
         return None
-    if not isinstance(entries, list):
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and ("claim" in e or "name" in e)
+                                                for e in entries):
         return None
     name = _meta(pod).get("name")
     return {str(e["claim"]) if "claim" in e else f"{name}-{e['name']}" for e in entries}
