@@ -22,6 +22,7 @@ from gpuclaimctl.client.errors import ApiError, Conflict
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import BudgetInfo
+from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
@@ -71,10 +72,11 @@ class Controller:
     ) -> None:
         pods = factory.pods()
         turnstile = AgeTurnstile()
+        memories = Memories(reject_for=settings.reject_for)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             default_controller_rate_limiter(), name="gpuclaimctl", metrics_provider=queue_metrics,
             order=lambda key: key_order(key, pods.get),
-            tracker=TurnstileTracker(turnstile, pods.get))
+            tracker=TurnstileTracker(turnstile, pods.get, lambda uid: uid in memories.released))
         self.view = ClusterView(now)
         self.ctx = SyncContext(
             pods=pods, claims=factory.gpu_claims(), nodes=factory.nodes(),
@@ -82,9 +84,9 @@ class Controller:
             pvcs=factory.persistent_volume_claims(), pvs=factory.persistent_volumes(),
             budgets=factory.gpu_budgets(),
             budgets_synced=lambda: factory.informer_for(GPU_BUDGETS).has_synced(),
-            writer=writer, view=self.view, memories=Memories(reject_for=settings.reject_for),
+            writer=writer, view=self.view, memories=memories,
             turnstile=turnstile, enqueue=self.queue.add, enqueue_after=self.queue.add_after,
-            wake=lambda change: handlers.woke(change),
+            wake=lambda apply: handlers.woke_by(apply),
             settings=settings, metrics=metrics, now=now)
         self.shutdown_timeout = shutdown_timeout
         handlers = Handlers(self.ctx, self.queue)
@@ -283,9 +285,26 @@ class TurnstileTracker:
     older one now fits (make bench-controller's raised-node wake-up).
     """
 
-    def __init__(self, turnstile: AgeTurnstile, get_pod: Callable[[str, str], Obj | None]) -> None:
+    def __init__(self, turnstile: AgeTurnstile, get_pod: Callable[[str, str], Obj | None],
+                 released: Callable[[str], bool] = lambda uid: False) -> None:
         self._turnstile = turnstile
         self._get_pod = get_pod
+        self._released = released
+
+    def queued(self, key: str) -> None:
+        """A gated pod ready in the queue: a younger pod about to take GPUs
+        gives its turn up to it (AgeTurnstile.overtaken). Not one this
+        process released (its own events bring it back while the cache
+        still shows the gate; it takes nothing)."""
+        if not key.startswith(POD):
+            return
+        ns, name = keys.split(key[len(POD):])
+        pod = self._get_pod(ns, name)
+        if pod is None or not has_gate(pod) or self._released(pod["metadata"].get("uid", "")):
+            return
+        created = parse_time(pod["metadata"].get("creationTimestamp"))
+        if created is not None:
+            self._turnstile.queue(key[len(POD):], (created, ns, name))
 
     def handed_out(self, key: str) -> None:
         self._enter(key)

@@ -710,3 +710,65 @@ def test_a_pod_synced_again_before_the_cache_shows_its_release_sends_nothing() -
     calls = len(s.fake.writer_calls)
     s.sync("pod:team/p1")  # the pod informer has not delivered the release
     assert s.fake.writer_calls[calls:] == []
+
+
+def _place_and_see(s: Story, *names: str) -> None:
+    for _ in range(2):
+        s.see_all()
+        for name in names:
+            s.sync(f"pod:{NS}/{name}")
+    s.see_all()
+
+
+def test_gpus_freed_after_a_younger_pods_turn_came_go_to_the_older_pod_they_woke(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wake-up miss of make bench-controller (issue 12, item 5): a
+    younger pod was in its worker, past its turn, when a node grew; the
+    oldest pod that fits was only queued by that change, and the younger
+    one took the GPUs. Now the change and the pods it wakes reach the
+    turnstile together, and the younger pod gives its turn up."""
+    from gpuclaimctl.controller import TurnstileTracker
+
+    s = Story(nodes=(4,))
+    s.pod("hog", [{"name": "g", "className": "alpha", "count": 4}])
+    _place_and_see(s, "hog")
+    s.pod("old", [{"name": "g", "className": "alpha", "count": 3}])
+    s.pod("young", [{"name": "g", "className": "alpha", "count": 4}])
+    _place_and_see(s, "old", "young")
+    assert s.gated("old") and s.gated("young") and s.bound_on("n0") == 4
+
+    # The real queue's tracker, fed as the real queue feeds it: the key in
+    # a worker is added again "while processing", not made ready.
+    ctx, q = s.ctl.ctx, s.ctl.queue
+    tracker = TurnstileTracker(ctx.turnstile, ctx.pods.get, lambda uid: uid in ctx.memories.released)
+    in_worker = f"pod:{NS}/young"
+    real_add = q.add
+
+    def add(key: str) -> None:
+        assert s.ctl.view.lock._is_owned(), "woken under the view's lock, with the change"  # type: ignore[attr-defined]
+        real_add(key)
+        (tracker.added_while_processing if key == in_worker else tracker.queued)(key)
+
+    monkeypatch.setattr(q, "add_all", lambda keys: [add(k) for k in keys])
+    real_wait = ctx.turnstile.wait_turn
+
+    def wait_turn(key: str, age: Any) -> bool:
+        went = real_wait(key, age)
+        if key == f"{NS}/young":  # its turn came; now the node grows by 4
+            s.fake.patch(NODES, "", "n0",
+                         lambda n: n["status"]["allocatable"].__setitem__(RESOURCE, "8"))
+            s.ctl.informers[NODES].deliver(10)
+        return went
+
+    monkeypatch.setattr(ctx.turnstile, "wait_turn", wait_turn)
+    s.ctl.queue.ready.clear()
+    s.sync(in_worker)
+    assert s.gated("young"), "the younger pod gave its turn up"
+    assert f"pod:{NS}/old" in q.ready and in_worker in q.ready
+    monkeypatch.setattr(q, "add_all", lambda keys: [real_add(k) for k in keys])
+    s.sync(f"pod:{NS}/old")
+    tracker.finished(f"pod:{NS}/old", False)
+    assert not s.gated("old"), "the oldest pod that fits got the GPUs"
+    s.see_all()
+    s.sync(in_worker)
+    assert s.gated("young") and s.bound_on("n0") == 7

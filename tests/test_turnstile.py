@@ -159,3 +159,77 @@ def test_a_pod_deleted_while_it_is_synced_holds_no_one_back() -> None:
     assert turnstile.wait_turn("team/young", (parse_time("2026-11-30T10:00:01Z"), "team", "young"))
     q.done("pod:team/old")
     q.shut_down()
+
+
+def test_an_older_pod_queued_after_a_younger_ones_turn_came_overtakes_it() -> None:
+    gate = AgeTurnstile(max_wait=5)
+    with gate.entered("young", age(2)):
+        assert gate.wait_turn("young", age(2))
+        assert not gate.overtaken("young", age(2))
+        gate.queue("older", age(1))  # woken by GPUs freed just now
+        assert gate.overtaken("young", age(2))
+        gate.enter("older", age(1))  # handed out: still ahead of the younger pod
+        assert gate.overtaken("young", age(2))
+        gate.leave("older")
+        assert not gate.overtaken("young", age(2))
+
+
+def test_a_younger_pod_queued_or_entering_overtakes_no_one() -> None:
+    gate = AgeTurnstile(max_wait=5)
+    with gate.entered("old", age(1)):
+        assert gate.wait_turn("old", age(1))
+        gate.queue("young", age(2))
+        gate.enter("younger", age(3))
+        assert not gate.overtaken("old", age(1))
+
+
+def test_an_older_pod_the_wait_ran_out_on_does_not_overtake_even_when_woken_again() -> None:
+    """A stuck older pod delays a younger one by `max_wait` once, not for
+    as long as it stays stuck."""
+    gate = AgeTurnstile(max_wait=0.05)
+    with gate.entered("stuck", age(1)), gate.entered("young", age(2)):
+        assert not gate.wait_turn("young", age(2))
+        assert not gate.overtaken("young", age(2))
+        gate.enter("stuck", age(1))  # added again while still in its worker
+        assert not gate.overtaken("young", age(2))
+
+
+def test_a_pod_that_left_and_is_queued_again_counts_again_and_the_heap_stays_small() -> None:
+    gate = AgeTurnstile(max_wait=5)
+    with gate.entered("young", age(10_000)):
+        assert gate.wait_turn("young", age(10_000))
+        for i in range(1000):
+            gate.queue(f"p{i}", age(i))
+            gate.enter(f"p{i}", age(i))
+            gate.leave(f"p{i}")
+        assert not gate.overtaken("young", age(10_000))
+        assert len(gate._queued_heap) <= 2 * len(gate._queued) + 65
+        gate.queue("p5", age(5))
+        assert gate.overtaken("young", age(10_000))
+
+
+def test_the_queue_tells_the_turnstile_of_gated_pods_it_makes_ready_not_released_ones() -> None:
+    from gpuclaimctl.controller import TurnstileTracker
+    from gpuclaimctl.model import api
+    from gpuclaimctl.model.snapshot import parse_time
+    from workqueue import Queue
+
+    def pod(created: str, gated: bool = True, uid: str = "") -> dict:
+        spec = {"schedulingGates": [{"name": api.SCHEDULING_GATE}]} if gated else {}
+        return {"metadata": {"creationTimestamp": created, "uid": uid}, "spec": spec}
+
+    pods = {"young": pod("2026-11-30T10:00:05Z"), "ungated": pod("2026-11-30T10:00:00Z", gated=False),
+            "released": pod("2026-11-30T10:00:01Z", uid="u-released"),
+            "old": pod("2026-11-30T10:00:02Z")}
+    turnstile = AgeTurnstile(max_wait=5.0)
+    q: Queue[str] = Queue(tracker=TurnstileTracker(
+        turnstile, lambda ns, name: pods.get(name), lambda uid: uid == "u-released"))
+    young = ("team/young", (parse_time("2026-11-30T10:00:05Z"), "team", "young"))
+    q.add("pod:team/young")
+    assert q.get()[0] == "pod:team/young"
+    assert turnstile.wait_turn(*young)
+    q.add_all(["pod:team/ungated", "pod:team/released", "claim:team/c", "pod:team/gone"])
+    assert not turnstile.overtaken(*young)
+    q.add("pod:team/old")
+    assert turnstile.overtaken(*young)
+    q.shut_down()

@@ -284,6 +284,9 @@ def test_a_tracker_sees_hand_outs_re_adds_and_dones_in_order():
     calls: list[tuple[str, str, bool | None]] = []
 
     class Tracker:
+        def queued(self, item: str) -> None:
+            calls.append(("ready", item, None))
+
         def handed_out(self, item: str) -> None:
             calls.append(("out", item, None))
 
@@ -300,6 +303,6 @@ def test_a_tracker_sees_hand_outs_re_adds_and_dones_in_order():
     q.done("a")  # so handed out again
     assert get_now(q)[0] == "a"
     q.done("a")
-    assert calls == [("out", "a", None), ("again", "a", None), ("done", "a", True),
-                     ("out", "a", None), ("done", "a", False)]
+    assert calls == [("ready", "a", None), ("out", "a", None), ("again", "a", None),
+                     ("done", "a", True), ("out", "a", None), ("done", "a", False)]
     q.shut_down()

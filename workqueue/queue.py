@@ -51,11 +51,13 @@ T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
 
 
 class HandOutTracker(Protocol[T_contra]):
-    """Told, under the queue's lock, when an item is handed out, added again
-    while it is processed, and done (``again``: it will be handed out once
-    more). So a caller can keep a picture of its items that no hand-out can
+    """Told, under the queue's lock, when an item is put in the ready list
+    by an add, handed out, added again while it is processed, and done
+    (``again``: it will be handed out once more). So a caller can keep a picture of its items that no hand-out can
     slip past (the controller's turnstile). Each call must be quick and
     must not call back into the queue."""
+
+    def queued(self, item: T_contra) -> None: ...
 
     def handed_out(self, item: T_contra) -> None: ...
 
@@ -180,6 +182,8 @@ class Queue(Generic[T]):
                     self._tracker.added_while_processing(item)
                 return
             self._queue.append(item)
+            if self._tracker is not None:
+                self._tracker.queued(item)
             if self._idle_getters:
                 self._cond.notify()
 
@@ -203,6 +207,8 @@ class Queue(Generic[T]):
                 self._tracker.added_while_processing(item)
             return
         self._queue.append(item)
+        if self._tracker is not None:
+            self._tracker.queued(item)
         if self._idle_getters:
             self._cond.notify()
 

@@ -9,14 +9,26 @@ A pod enters the turnstile when the work queue hands it out (or, woken
 while its worker is past its decision, when it is added again:
 controller.TurnstileTracker) and waits, before deciding, while an older pod
 is inside; it leaves once its decision is recorded. Only pods being worked
-on take part: an older pod that waits for capacity and is not in a worker
-does not hold younger ones back (they may fit where it does not). The wait
-is bounded, so a stuck worker delays the others by `max_wait` at most; it
-never blocks them.
+on are waited for: an older pod that waits for capacity and is not in a
+worker does not hold younger ones back (they may fit where it does not).
+The wait is bounded, so a stuck worker delays the others by `max_wait` at
+most; it never blocks them.
+
+A pod can also be overtaken after its turn came: GPUs freed while it was
+past `wait_turn` wake older pods (queued, or entering a worker) that the
+wait never saw. So the queue also tells the turnstile which gated pods it
+holds ready (`queue`), and a pod about to take GPUs checks, under the
+view's lock, that no older pod was queued or entered since its turn came
+(`overtaken`); if one was, it gives its turn up and is synced again after
+the older one (sync.pods). The view's changes and the pods they wake are
+applied under the same lock (sync.handlers.Handlers.woke_by), so a decision
+that sees freed GPUs also sees the older pods they woke. Not a wait: a
+worker never blocks on a pod no worker holds.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +43,15 @@ class AgeTurnstile:
         self._max_wait = max_wait
         self._clock = clock
         self._lock = threading.Lock()
-        self._inside: dict[str, Age] = {}
+        # key -> (age, when it entered: a count that only grows)
+        self._inside: dict[str, tuple[Age, int]] = {}
+        self._entries = 0
+        # Gated pods the queue holds ready, and a heap of their ages (lazy:
+        # an entry whose key left `_queued` is dropped when it surfaces).
+        self._queued: dict[str, Age] = {}
+        self._queued_heap: list[tuple[Age, str]] = []
+        # key -> the entry count when its turn came (see `overtaken`)
+        self._turns: dict[str, int] = {}
         # Each waiting pod's own event, set when no older pod is inside any
         # more: a leave wakes only the pods it lets through, not every
         # waiter (with 8 workers, waking all on each leave was the largest
@@ -44,7 +64,13 @@ class AgeTurnstile:
         queue's lock, so a pod handed out first holds back those handed out
         after it even if their worker reaches the decision first."""
         with self._lock:
-            self._inside[key] = age
+            self._queued.pop(key, None)
+            current = self._inside.get(key)
+            if current is None or current[0] != age:
+                # Again while inside keeps its place: a pod a wait timed
+                # out on (stuck) does not overtake the pods it held back.
+                self._entries += 1
+                self._inside[key] = (age, self._entries)
             if self._waiting:
                 self._wake_locked()  # a younger age may let a waiter through
 
@@ -59,8 +85,41 @@ class AgeTurnstile:
 
     def leave(self, key: str) -> None:
         with self._lock:
+            self._turns.pop(key, None)
+            self._queued.pop(key, None)
             if self._inside.pop(key, None) is not None and self._waiting:
                 self._wake_locked()
+
+    def queue(self, key: str, age: Age) -> None:
+        """`key`, a gated pod, is ready in the work queue (not in a worker)."""
+        with self._lock:
+            if key in self._queued:
+                return
+            self._queued[key] = age
+            heap = self._queued_heap
+            heapq.heappush(heap, (age, key))
+            if len(heap) > 2 * len(self._queued) + 64:
+                self._queued_heap = [(a, k) for k, a in self._queued.items()]
+                heapq.heapify(self._queued_heap)
+
+    def overtaken(self, key: str, age: Age) -> bool:
+        """Whether a pod older than `key` is queued, or entered after
+        `key`'s turn came (`wait_turn`): then `key` must not take GPUs
+        now. An older pod inside when the turn came is not counted: the
+        wait for it ran out (it is stuck), and counting it again would hold
+        `key` back for as long as it stays stuck."""
+        with self._lock:
+            oldest = self._oldest_queued_locked()
+            if oldest is not None and oldest < age:
+                return True
+            turn = self._turns.get(key, self._entries)
+            return any(a < age and n > turn for k, (a, n) in self._inside.items() if k != key)
+
+    def _oldest_queued_locked(self) -> Age | None:
+        heap, queued = self._queued_heap, self._queued
+        while heap and queued.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def wait_turn(self, key: str, age: Age) -> bool:
         """Wait while an older pod is inside; False if `max_wait` ran out first."""
@@ -68,6 +127,7 @@ class AgeTurnstile:
         event = threading.Event()
         with self._lock:
             if self._may_go_locked(key, age):
+                self._turns[key] = self._entries
                 return True
             self._waiting[key] = (age, event)
         try:
@@ -83,9 +143,10 @@ class AgeTurnstile:
         finally:
             with self._lock:
                 self._waiting.pop(key, None)
+                self._turns[key] = self._entries  # gone through, or the wait ran out
 
     def _may_go_locked(self, key: str, age: Age) -> bool:
-        return not any(a < age for k, a in self._inside.items() if k != key)
+        return not any(a < age for k, (a, _) in self._inside.items() if k != key)
 
     def _wake_locked(self) -> None:
         for key, (age, event) in self._waiting.items():

@@ -119,7 +119,8 @@ def _settle_inflight(ctx: SyncContext, claim: Obj) -> None:
     live = ctx.writer.get_claim(meta["namespace"], meta["name"])
     if live is None or live["metadata"].get("uid") != uid:
         return  # gone: the informer's delete ends the entry
-    ctx.wake(ctx.view.settled(uid, live["metadata"].get("resourceVersion", "")))
+    rv = live["metadata"].get("resourceVersion", "")
+    ctx.wake(lambda: ctx.view.settled(uid, rv))
 
 
 def _room_for(ctx: SyncContext, claim: Obj, class_resource: str | None) -> bool:

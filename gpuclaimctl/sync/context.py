@@ -66,9 +66,10 @@ class SyncContext:
     # Add a full queue key (`pod:ns/name`), now or after some seconds.
     enqueue: Callable[[str], None]
     enqueue_after: Callable[[str, float], None]
-    # Wake the pods a change of the view may let fit (GPUs freed when a
-    # placement in flight ends without landing).
-    wake: Callable[[Change], None]
+    # Apply a change to the view and wake the pods it may let fit (GPUs
+    # freed when a placement in flight ends without landing), as one step
+    # under the view's lock (sync.handlers.Handlers.woke_by).
+    wake: Callable[[Callable[[], Change]], None]
     settings: Settings
     metrics: ControllerMetrics | None
     now: Callable[[], datetime]

@@ -9,7 +9,7 @@ placements do not become status writes one for one.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gpuclaimctl.model import api, keys
@@ -84,6 +84,14 @@ class Handlers:
         # added (the index's order) before the oldest is in (DESIGN §4).
         self.queue.add_all(woken)
 
+    def woke_by(self, apply: Callable[[], Change]) -> None:
+        """Apply a change to the view and enqueue the pods it may let fit,
+        under the view's lock: a decision sees neither or both, so a pod
+        past its turn that sees GPUs freed also sees the older pods they
+        woke, and gives them its turn (state.turnstile)."""
+        with self.view.lock:
+            self.woke(apply())
+
     def woke(self, change: Change) -> None:
         if change.freed_anywhere:
             self.enqueue_waiting_pods()
@@ -93,7 +101,7 @@ class Handlers:
     # -- pods ------------------------------------------------------------------------------
 
     def pod_added(self, pod: Obj) -> None:
-        self.woke(self.view.apply_pod(None, pod))
+        self.woke_by(lambda: self.view.apply_pod(None, pod))
         if _pod_sync_due(pod):
             self.queue.add(POD + keys.key_of(pod))
 
@@ -103,7 +111,7 @@ class Handlers:
             if has_gate(new):
                 self.queue.add(POD + keys.key_of(new))
             return
-        self.woke(self.view.apply_pod(old, new))
+        self.woke_by(lambda: self.view.apply_pod(old, new))
         if old["metadata"].get("uid") != new["metadata"].get("uid"):
             # Deleted and recreated under the name while the watch was away.
             self.ctx.memories.deleted_pods[old["metadata"].get("uid", "")] = True
@@ -134,7 +142,7 @@ class Handlers:
         if pod is None:
             return
         self.ctx.memories.deleted_pods[pod["metadata"].get("uid", "")] = True
-        self.woke(self.view.delete_pod(pod))
+        self.woke_by(lambda: self.view.delete_pod(pod))
         self.ctx.memories.last_warning.pop(keys.key_of(pod), None)
         self.ctx.memories.capacity_needs.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
@@ -155,7 +163,7 @@ class Handlers:
     # -- claims ---------------------------------------------------------------------------
 
     def claim_added(self, claim: Obj) -> None:
-        self.woke(self.view.apply_claim(None, claim))
+        self.woke_by(lambda: self.view.apply_claim(None, claim))
         self.queue.add(CLAIM + keys.key_of(claim))
         self._enqueue_pods_of_claim(claim)
         if _holds_gpus(claim):
@@ -166,7 +174,7 @@ class Handlers:
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
             self.queue.add(CLAIM + keys.key_of(new))  # a resync: cleanup may be due
             return
-        self.woke(self.view.apply_claim(old, new))
+        self.woke_by(lambda: self.view.apply_claim(old, new))
         self.queue.add(CLAIM + keys.key_of(new))
         if _placement_fields(old) != _placement_fields(new):
             # Not for a Waiting condition alone: two pods waiting on one
@@ -181,7 +189,7 @@ class Handlers:
         claim = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         if claim is None:
             return
-        self.woke(self.view.delete_claim(claim))
+        self.woke_by(lambda: self.view.delete_claim(claim))
         self._enqueue_pods_of_claim(claim)
         if _holds_gpus(claim):
             self.enqueue_class(_class_of(claim))
@@ -212,9 +220,14 @@ class Handlers:
     def _node_changed(self, old: Obj | None, new: Obj) -> None:
         name = new["metadata"]["name"]
         health_changed = old is not None and node_health(old) != node_health(new)
-        changed = self.view.apply_node(
-            new, ready=node_ready(new), not_ready_since=not_ready_since(new),
-            health_changed=health_changed, recreated=old is None)
+        with self.view.lock:  # the change and the pods it wakes as one (woke_by)
+            changed = self.view.apply_node(
+                new, ready=node_ready(new), not_ready_since=not_ready_since(new),
+                health_changed=health_changed, recreated=old is None)
+            if changed:
+                # Only this node changed: a pod short of room elsewhere can
+                # only fit here now.
+                self.enqueue_waiting_pods(changed_nodes=(name,))
         if health_changed:
             for c in self.ctx.claims.by_index(indexes.CLAIMS_BY_REJECTED_NODE, name):
                 self.queue.add(CLAIM + keys.key_of(c))
@@ -222,29 +235,29 @@ class Handlers:
             return
         for c in self.ctx.claims.by_index(indexes.CLAIMS_BY_NODE, name):
             self.queue.add(CLAIM + keys.key_of(c))
-        # Only this node changed: a pod short of room elsewhere can only
-        # fit here now.
-        self.enqueue_waiting_pods(changed_nodes=(name,))
         self.enqueue_classes()
 
     def class_added(self, cls: Obj) -> None:
-        self.view.apply_class(cls)
         self.enqueue_class(cls["metadata"]["name"])
-        self.enqueue_waiting_pods()
+        with self.view.lock:  # as woke_by
+            self.view.apply_class(cls)
+            self.enqueue_waiting_pods()
 
     def class_updated(self, old: Obj, new: Obj) -> None:
         self.enqueue_class(new["metadata"]["name"])
         if (old.get("spec"), old["metadata"].get("deletionTimestamp")) == \
                 (new.get("spec"), new["metadata"].get("deletionTimestamp")):
             return  # its status (ours) or a resync: nothing placement reads
-        self.view.apply_class(new)
-        self.enqueue_waiting_pods()
+        with self.view.lock:  # as woke_by
+            self.view.apply_class(new)
+            self.enqueue_waiting_pods()
 
     def class_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         cls = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         name = cls["metadata"]["name"] if cls else keys.split(obj.key)[1]  # type: ignore[union-attr]
-        self.view.delete_class(name)
-        self.enqueue_waiting_pods()
+        with self.view.lock:  # as woke_by
+            self.view.delete_class(name)
+            self.enqueue_waiting_pods()
 
     def budget_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         """Added or deleted: the namespace's waiting pods look again (a pod

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -148,13 +149,24 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                               budgets=budgets,
                               budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
             held_back = isinstance(decision, Placed) and pinned is not None and decision.node != pinned
-            if isinstance(decision, Placed) and not held_back:
+            # GPUs freed since this pod's turn came woke older pods (the
+            # view and the queue change together: Handlers.woke_by); the
+            # oldest that fits gets them first. Only when taking GPUs: a
+            # pod that waits takes nothing from anyone.
+            overtaken = isinstance(decision, Placed) and not held_back and \
+                ctx.turnstile.overtaken(key, age)
+            if isinstance(decision, Placed) and not held_back and not overtaken:
                 for a in decision.new_gpus():
                     claim = raw[a.claim]
                     d.record(a.uid, me, a.node, a.resource, a.count,
                              claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
                              class_name=str((claim.get("spec") or {}).get("className") or ""))
 
+    if overtaken:
+        log.debug("an older pod was woken after this one's turn came; it decides first",
+                  extra={"pod": key})
+        ctx.enqueue(POD + key)  # handed out again once done, after the older pods
+        return
     if held_back:
         # An earlier release to `pinned` may land yet: moving the claims now
         # could leave the pod on one node and its claims on another.
@@ -183,7 +195,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         # Binds never sent hold nothing (one that was sent has its fate recorded).
         for a in decision.new_gpus():
             if a.uid not in sent:
-                ctx.wake(ctx.view.not_sent(a.uid))
+                ctx.wake(functools.partial(ctx.view.not_sent, a.uid))
     try:
         ctx.writer.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"],
                              podplan.release_patch(pod, decision.node))
@@ -317,7 +329,7 @@ def _bind(ctx: SyncContext, pod: Obj, claim: Mapping[str, Any], node: str, resou
         # happened; a lost one is not settled by a read before the server
         # has given up on it (state.inflight.LOST_WRITE_WINDOW).
         lost_at = None if surely_not_written(e) else ctx.now()
-        ctx.wake(ctx.view.write_failed(uid, base, lost_at=lost_at))
+        ctx.wake(lambda: ctx.view.write_failed(uid, base, lost_at=lost_at))
         ctx.enqueue(CLAIM + keys.key_of(claim))
         raise
     ctx.view.written(uid, written["metadata"].get("resourceVersion", ""))

@@ -222,7 +222,7 @@ class Controller:
             budgets=GPUBudgetLister(i[BUDGETS].store), budgets_synced=lambda: True,
             writer=cast(Writer, sim.fake), view=self.view, memories=Memories(reject_for=60.0),
             turnstile=AgeTurnstile(max_wait=0.0), enqueue=self.queue.add,
-            enqueue_after=self.queue.add_after, wake=lambda change: h().woke(change),
+            enqueue_after=self.queue.add_after, wake=lambda apply: h().woke_by(apply),
             settings=Settings(reject_for=60.0, node_lost_grace=30.0), metrics=None, now=sim.now)
         handlers_box.append(Handlers(self.ctx, cast(Any, self.queue)))
 
