@@ -263,13 +263,17 @@ def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str,
     oldest first (DESIGN §4: where pods compete, the oldest goes first), so
     a freed GPU reaches the oldest waiting pod that fits before younger
     ones are looked at. A pod the cache no longer has goes first: its sync
-    does nothing."""
+    does nothing. Pods created in the same second go by namespace, then
+    name: the turnstile's order (state.turnstile.Age). The key string
+    would not do: "pod:a-b/x" sorts before "pod:a/y", and a pod handed out
+    ahead of one the turnstile counts older gives its turn up to it."""
     if not key.startswith(POD):
         return ("",)
-    pod = get_pod(*keys.split(key[len(POD):]))
+    ns, name = keys.split(key[len(POD):])
+    pod = get_pod(ns, name)
     if pod is None:
         return (" ",)
-    return (" ", pod["metadata"].get("creationTimestamp") or "", key)
+    return (" ", pod["metadata"].get("creationTimestamp") or "", ns, name)
 
 
 class TurnstileTracker:

@@ -772,3 +772,34 @@ def test_gpus_freed_after_a_younger_pods_turn_came_go_to_the_older_pod_they_woke
     s.see_all()
     s.sync(in_worker)
     assert s.gated("young") and s.bound_on("n0") == 7
+
+
+def test_pods_of_one_second_are_handed_out_in_the_turnstiles_order() -> None:
+    """The stress test's livelock: pods created in one second in namespaces
+    `a` and `a-b`. The key string put `pod:a-b/…` first, the turnstile
+    counts `a` older; the pod handed out kept giving its turn up to one
+    the queue kept behind it."""
+    from gpuclaimctl.controller import key_order
+    from gpuclaimctl.model.snapshot import parse_time
+
+    ts = "2026-11-30T10:00:00Z"
+    pods = [("a-b", "x"), ("a", "y"), ("a", "x"), ("a-b", "a")]
+    by_queue = sorted(pods, key=lambda p: key_order(f"pod:{p[0]}/{p[1]}",
+                                                    lambda _ns, _n: {"metadata": {"creationTimestamp": ts}}))
+    by_age = sorted(pods, key=lambda p: (parse_time(ts), p[0], p[1]))
+    assert by_queue == by_age == [("a", "x"), ("a", "y"), ("a-b", "a"), ("a-b", "x")]
+
+
+def test_a_pod_gives_its_turn_up_once_in_a_row_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the queue's order, a pod overtaken again on its next try
+    goes ahead: one more sync, never a livelock."""
+    s = Story(nodes=(4,))
+    s.pod("young", [{"name": "g", "className": "alpha", "count": 1}])
+    s.see_all()
+    monkeypatch.setattr(s.ctl.ctx.turnstile, "overtaken", lambda key, age: True)
+    s.sync(f"pod:{NS}/young")
+    assert s.gated("young") and f"pod:{NS}/young" in s.ctl.queue.ready
+    s.see_all()
+    s.sync(f"pod:{NS}/young")
+    assert not s.gated("young")
+    assert s.ctl.ctx.memories.gave_turn.get(f"{NS}/young") is None

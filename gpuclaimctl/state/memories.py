@@ -60,6 +60,11 @@ class Memories:
     # Until the server has given up on it, the set must not move elsewhere.
     release_in_doubt: LockedCache[str, tuple[str, datetime]] = field(
         default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # Pods (key) that gave their turn up to an older pod (sync.pods): the
+    # next decision goes ahead whatever is queued, so no order of the
+    # queue, however it disagrees with the turnstile's, keeps a pod from
+    # deciding; it costs one more sync at most.
+    gave_turn: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Rejections of template and inline sets: their claims die with the
     # refused pod, so the rejection lives with the set's identity (the
     # pod's owner and the entries) here, for --reject-for at most.

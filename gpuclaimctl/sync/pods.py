@@ -152,9 +152,14 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             # GPUs freed since this pod's turn came woke older pods (the
             # view and the queue change together: Handlers.woke_by); the
             # oldest that fits gets them first. Only when taking GPUs: a
-            # pod that waits takes nothing from anyone.
+            # pod that waits takes nothing from anyone. Once in a row at
+            # most (Memories.gave_turn).
             overtaken = isinstance(decision, Placed) and not held_back and \
-                ctx.turnstile.overtaken(key, age)
+                ctx.turnstile.overtaken(key, age) and ctx.memories.gave_turn.pop(key) is None
+            if overtaken:
+                ctx.memories.gave_turn[key] = True
+            else:
+                ctx.memories.gave_turn.pop(key)
             if isinstance(decision, Placed) and not held_back and not overtaken:
                 for a in decision.new_gpus():
                     claim = raw[a.claim]
