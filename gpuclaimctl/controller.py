@@ -297,18 +297,12 @@ class TurnstileTracker:
 
     def queued(self, key: str) -> None:
         """A gated pod ready in the queue: a younger pod about to take GPUs
-        gives its turn up to it (AgeTurnstile.overtaken). Not one this
-        process released (its own events bring it back while the cache
-        still shows the gate; it takes nothing)."""
+        gives its turn up to it (AgeTurnstile.overtaken)."""
         if not key.startswith(POD):
             return
-        ns, name = keys.split(key[len(POD):])
-        pod = self._get_pod(ns, name)
-        if pod is None or not has_gate(pod) or self._released(pod["metadata"].get("uid", "")):
-            return
-        created = parse_time(pod["metadata"].get("creationTimestamp"))
-        if created is not None:
-            self._turnstile.queue(key[len(POD):], (created, ns, name))
+        age = self._age(key)
+        if age is not None:
+            self._turnstile.queue(key[len(POD):], age)
 
     def handed_out(self, key: str) -> None:
         self._enter(key)
@@ -320,20 +314,37 @@ class TurnstileTracker:
         if not key.startswith(POD):
             return
         if again:
-            self._enter(key)  # its sync may have left after deciding
+            # Ready again: inside (its sync may have left after deciding)
+            # and queued, so a younger pod whose wait for it ran out still
+            # gives its turn up to it while it waits for a worker.
+            self._enter(key)
+            self.queued(key)
         else:
             self._turnstile.leave(key[len(POD):])
 
     def _enter(self, key: str) -> None:
         if not key.startswith(POD):
             return
+        age = self._age(key)
+        if age is not None:
+            self._turnstile.enter(key[len(POD):], age)  # the key pod sync uses
+        else:
+            self._turnstile.leave(key[len(POD):])
+
+    def _age(self, key: str) -> tuple[datetime, str, str] | None:
+        """The pod's age if it may compete for GPUs: None for a pod gone,
+        being deleted, not gated, or released by this process (its own
+        events bring it back while the cache still shows the gate; its
+        sync takes nothing), so no one waits or gives a turn up for it."""
         ns, name = keys.split(key[len(POD):])
         pod = self._get_pod(ns, name)
-        created = parse_time(pod["metadata"].get("creationTimestamp")) if pod else None
-        if created is not None:
-            self._turnstile.enter(key[len(POD):], (created, ns, name))  # the key pod sync uses
-        else:  # gone: it holds no one back
-            self._turnstile.leave(key[len(POD):])
+        if pod is None or not has_gate(pod):
+            return None
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") or self._released(meta.get("uid", "")):
+            return None
+        created = parse_time(meta.get("creationTimestamp"))
+        return None if created is None else (created, ns, name)
 
 
 def dispatch(ctx: SyncContext, key: str) -> None:

@@ -802,4 +802,5 @@ def test_a_pod_gives_its_turn_up_once_in_a_row_at_most(monkeypatch: pytest.Monke
     s.see_all()
     s.sync(f"pod:{NS}/young")
     assert not s.gated("young")
-    assert s.ctl.ctx.memories.gave_turn.get(f"{NS}/young") is None
+    pod = s.fake.get(PODS, NS, "young")
+    assert pod is not None and s.ctl.ctx.memories.gave_turn.get(pod["metadata"]["uid"]) is None

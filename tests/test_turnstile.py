@@ -11,6 +11,13 @@ from gpuclaimctl.state.turnstile import Age, AgeTurnstile
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
 
+def _gated(created: str) -> dict:
+    """A gated pod as the tracker reads it from the cache."""
+    from gpuclaimctl.model import api
+    return {"metadata": {"creationTimestamp": created, "uid": created},
+            "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}]}}
+
+
 def age(seconds: int, name: str = "p") -> Age:
     return (T0 + timedelta(seconds=seconds), "ns", name)
 
@@ -91,7 +98,7 @@ def test_a_pod_handed_out_first_holds_back_one_handed_out_after_it_whose_worker_
     pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
     turnstile = AgeTurnstile(max_wait=5.0)
     q: Queue[str] = Queue(tracker=TurnstileTracker(
-        turnstile, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}}))
+        turnstile, lambda ns, name: _gated(pods[name])))
     q.add("pod:team/old")
     q.add("pod:team/young")
     assert q.get()[0] == "pod:team/old"  # worker A, not yet running its sync
@@ -125,7 +132,7 @@ def test_a_pod_woken_after_it_decided_holds_back_a_younger_one_until_it_decides_
     pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
     turnstile = AgeTurnstile(max_wait=0.2)
     q: Queue[str] = Queue(order=lambda k: pods[k.split("/")[1]], tracker=TurnstileTracker(
-        turnstile, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}}))
+        turnstile, lambda ns, name: _gated(pods[name])))
     young_age = (parse_time(pods["young"]), "team", "young")
     q.add("pod:team/old")
     assert q.get()[0] == "pod:team/old"  # worker A
@@ -151,7 +158,7 @@ def test_a_pod_deleted_while_it_is_synced_holds_no_one_back() -> None:
     pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
     turnstile = AgeTurnstile(max_wait=5.0)
     q: Queue[str] = Queue(tracker=TurnstileTracker(
-        turnstile, lambda ns, name: {"metadata": {"creationTimestamp": pods[name]}} if name in pods else None))
+        turnstile, lambda ns, name: _gated(pods[name]) if name in pods else None))
     q.add("pod:team/old")
     assert q.get()[0] == "pod:team/old"
     del pods["old"]  # deleted; its delete event adds the key again
@@ -230,6 +237,61 @@ def test_the_queue_tells_the_turnstile_of_gated_pods_it_makes_ready_not_released
     assert turnstile.wait_turn(*young)
     q.add_all(["pod:team/ungated", "pod:team/released", "claim:team/c", "pod:team/gone"])
     assert not turnstile.overtaken(*young)
+    assert [q.get()[0] for _ in range(4)] == ["pod:team/ungated", "pod:team/released", "claim:team/c",
+                                              "pod:team/gone"]
+    assert len(turnstile) == 1, "handed out, none of them is waited for"
     q.add("pod:team/old")
     assert turnstile.overtaken(*young)
     q.shut_down()
+
+
+def test_a_pod_entering_right_after_a_waiters_turn_came_counts_as_after_it() -> None:
+    """The turn is taken in the same hold of the lock as the check that
+    lets the waiter go: an older pod handed out between the two would be
+    seen neither as queued nor as entering after the turn."""
+    gate = AgeTurnstile(max_wait=5)
+    real = gate._lock
+    hook: dict[str, object] = {}
+
+    class HookedLock:
+        def __enter__(self) -> None:
+            real.acquire()
+
+        def __exit__(self, *_: object) -> None:
+            real.release()
+            if threading.current_thread() is hook.get("thread"):
+                then = hook.pop("then", None)
+                if callable(then):
+                    then()
+
+    gate._lock = HookedLock()  # type: ignore[assignment]
+    gate.enter("first", age(0))
+    gate.enter("young", age(2))
+    went: list[bool] = []
+    waiter = threading.Thread(target=lambda: went.append(gate.wait_turn("young", age(2))))
+    hook["thread"] = waiter
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while "young" not in gate._waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    hook["then"] = lambda: gate.enter("older", age(1))  # after the waiter's next hold
+    gate.leave("first")
+    waiter.join(5)
+    assert went == [True]
+    assert gate.overtaken("young", age(2)), "the older pod entered after the turn came"
+
+
+def test_a_pod_ready_again_still_overtakes_a_younger_one_whose_wait_for_it_ran_out() -> None:
+    from gpuclaimctl.controller import TurnstileTracker
+    from gpuclaimctl.model.snapshot import parse_time
+
+    pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
+    young = ("team/young", (parse_time(pods["young"]), "team", "young"))
+    turnstile = AgeTurnstile(max_wait=0.05)
+    tracker = TurnstileTracker(turnstile, lambda ns, name: _gated(pods[name]))
+    tracker.handed_out("pod:team/young")
+    tracker.handed_out("pod:team/old")
+    tracker.added_while_processing("pod:team/old")
+    tracker.finished("pod:team/old", True)  # ready again, no worker free
+    assert not turnstile.wait_turn(*young)  # the wait for it ran out
+    assert turnstile.overtaken(*young), "it is queued: the younger pod gives its turn up"

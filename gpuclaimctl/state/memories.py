@@ -60,7 +60,7 @@ class Memories:
     # Until the server has given up on it, the set must not move elsewhere.
     release_in_doubt: LockedCache[str, tuple[str, datetime]] = field(
         default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
-    # Pods (key) that gave their turn up to an older pod (sync.pods): the
+    # Pods (uid) that gave their turn up to an older pod (sync.pods): the
     # next decision goes ahead whatever is queued, so no order of the
     # queue, however it disagrees with the turnstile's, keeps a pod from
     # deciding; it costs one more sync at most.

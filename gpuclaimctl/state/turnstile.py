@@ -133,17 +133,20 @@ class AgeTurnstile:
         try:
             while True:
                 left = deadline - self._clock()
-                if left <= 0:
-                    return False
-                event.wait(left)
+                if left > 0:
+                    event.wait(left)
                 with self._lock:
-                    if self._may_go_locked(key, age):
-                        return True
+                    # The turn is taken under the same hold as the check:
+                    # a pod entering after it counts as entering after the
+                    # turn came (overtaken).
+                    went = self._may_go_locked(key, age)
+                    if went or deadline - self._clock() <= 0:
+                        self._turns[key] = self._entries
+                        return went
                     event.clear()
         finally:
             with self._lock:
                 self._waiting.pop(key, None)
-                self._turns[key] = self._entries  # gone through, or the wait ran out
 
     def _may_go_locked(self, key: str, age: Age) -> bool:
         return not any(a < age for k, (a, _) in self._inside.items() if k != key)

@@ -155,11 +155,12 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             # pod that waits takes nothing from anyone. Once in a row at
             # most (Memories.gave_turn).
             overtaken = isinstance(decision, Placed) and not held_back and \
-                ctx.turnstile.overtaken(key, age) and ctx.memories.gave_turn.pop(key) is None
+                any(True for _ in decision.new_gpus()) and ctx.turnstile.overtaken(key, age) and \
+                ctx.memories.gave_turn.pop(info.uid) is None
             if overtaken:
-                ctx.memories.gave_turn[key] = True
+                ctx.memories.gave_turn[info.uid] = True
             else:
-                ctx.memories.gave_turn.pop(key)
+                ctx.memories.gave_turn.pop(info.uid)
             if isinstance(decision, Placed) and not held_back and not overtaken:
                 for a in decision.new_gpus():
                     claim = raw[a.claim]
