@@ -298,10 +298,7 @@ class TurnstileTracker:
     def queued(self, key: str) -> None:
         """A gated pod ready in the queue: a younger pod about to take GPUs
         gives its turn up to it (AgeTurnstile.overtaken)."""
-        if not key.startswith(POD):
-            return
-        age = self._age(key)
-        if age is not None:
+        if key.startswith(POD) and (age := self._age(key)) is not None:
             self._turnstile.queue(key[len(POD):], age)
 
     def handed_out(self, key: str) -> None:
@@ -317,19 +314,21 @@ class TurnstileTracker:
             # Ready again: inside (its sync may have left after deciding)
             # and queued, so a younger pod whose wait for it ran out still
             # gives its turn up to it while it waits for a worker.
-            self._enter(key)
-            self.queued(key)
+            age = self._enter(key)
+            if age is not None:
+                self._turnstile.queue(key[len(POD):], age)
         else:
             self._turnstile.leave(key[len(POD):])
 
-    def _enter(self, key: str) -> None:
+    def _enter(self, key: str) -> tuple[datetime, str, str] | None:
         if not key.startswith(POD):
-            return
+            return None
         age = self._age(key)
         if age is not None:
             self._turnstile.enter(key[len(POD):], age)  # the key pod sync uses
         else:
             self._turnstile.leave(key[len(POD):])
+        return age
 
     def _age(self, key: str) -> tuple[datetime, str, str] | None:
         """The pod's age if it may compete for GPUs: None for a pod gone,

@@ -53,9 +53,10 @@ T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
 class HandOutTracker(Protocol[T_contra]):
     """Told, under the queue's lock, when an item is put in the ready list
     by an add, handed out, added again while it is processed, and done
-    (``again``: it will be handed out once more). So a caller can keep a picture of its items that no hand-out can
-    slip past (the controller's turnstile). Each call must be quick and
-    must not call back into the queue."""
+    (``again``: it will be handed out once more). So a caller can keep a
+    picture of its items that no hand-out can slip past (the controller's
+    turnstile). Each call must be quick and must not call back into the
+    queue."""
 
     def queued(self, item: T_contra) -> None: ...
 

@@ -149,20 +149,19 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                               budgets=budgets,
                               budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
             held_back = isinstance(decision, Placed) and pinned is not None and decision.node != pinned
+            taking = decision if isinstance(decision, Placed) and not held_back else None
             # GPUs freed since this pod's turn came woke older pods (the
             # view and the queue change together: Handlers.woke_by); the
-            # oldest that fits gets them first. Only when taking GPUs: a
-            # pod that waits takes nothing from anyone. Once in a row at
+            # oldest that fits gets them first. Only when taking new GPUs:
+            # a pod that waits takes nothing from anyone. Once in a row at
             # most (Memories.gave_turn).
-            overtaken = isinstance(decision, Placed) and not held_back and \
-                any(True for _ in decision.new_gpus()) and ctx.turnstile.overtaken(key, age) and \
-                ctx.memories.gave_turn.pop(info.uid) is None
+            gave_turn_last_time = ctx.memories.gave_turn.pop(info.uid) is not None
+            overtaken = taking is not None and not gave_turn_last_time and \
+                any(taking.new_gpus()) and ctx.turnstile.overtaken(key, age)
             if overtaken:
                 ctx.memories.gave_turn[info.uid] = True
-            else:
-                ctx.memories.gave_turn.pop(info.uid)
-            if isinstance(decision, Placed) and not held_back and not overtaken:
-                for a in decision.new_gpus():
+            elif taking is not None:
+                for a in taking.new_gpus():
                     claim = raw[a.claim]
                     d.record(a.uid, me, a.node, a.resource, a.count,
                              claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
