@@ -804,3 +804,35 @@ def test_a_pod_gives_its_turn_up_once_in_a_row_at_most(monkeypatch: pytest.Monke
     assert not s.gated("young")
     pod = s.fake.get(PODS, NS, "young")
     assert pod is not None and s.ctl.ctx.memories.gave_turn.get(pod["metadata"]["uid"]) is None
+
+
+def test_a_placements_claim_changes_are_synced_once_a_moment_later() -> None:
+    """Issue 12: the create and the bind of one placement are two claim
+    events a round trip apart; one claim sync after both does their work."""
+    from gpuclaimctl.sync.handlers import CLAIM_SETTLE_DELAY
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+    s.sync("pod:team/p")
+    assert not s.gated("p")
+    s.ctl.informers[CLAIMS].deliver(10_000)  # the create and the bind, seen
+    keys = [k for k in s.ctl.queue.delayed if k.startswith("claim:")]
+    assert len(keys) == 1, s.ctl.queue.delayed
+    assert not any(k.startswith("claim:") for k in s.ctl.queue.ready), s.ctl.queue.ready
+    assert s.ctl.queue.delayed[keys[0]] == pytest.approx(s.monotonic() + CLAIM_SETTLE_DELAY)
+
+
+def test_a_claim_being_deleted_is_synced_at_once() -> None:
+    """Someone waits for its delete: its finalizer goes without the delay."""
+    s = Story(nodes=(4,))
+    s.fake.create(CLAIMS, {"metadata": {"name": "shared", "namespace": NS,
+                                        "finalizers": [api.CLAIM_FINALIZER]},
+                           "spec": {"className": "alpha", "count": 1}})
+    s.see_all()
+    s.ctl.queue.ready.clear()
+    s.ctl.queue.delayed.clear()
+    s.fake.delete(CLAIMS, NS, "shared")
+    s.ctl.informers[CLAIMS].deliver(10_000)
+    assert "claim:team/shared" in s.ctl.queue.ready
+    s.sync("claim:team/shared")
+    assert s.fake.get(CLAIMS, NS, "shared") is None
