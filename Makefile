@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: run test install controlplane lint typecheck bench bench-workqueue \
-        bench-informers bench-placement bench-controller bench-http bench-handoffs clean
+        bench-informers bench-placement bench-controller bench-http bench-handoffs bench-watch clean
 
 # The runtime dependencies at the exact versions the image ships
 # (deploy/requirements.txt), then the project and its test tools.
@@ -39,7 +39,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy gpuclaimctl informers workqueue metrics
 
-bench: bench-workqueue bench-placement bench-handoffs bench-http bench-informers bench-controller
+bench: bench-workqueue bench-placement bench-handoffs bench-watch bench-http bench-informers bench-controller
 
 bench-workqueue: $(STAMP)
 	$(PY) -m benchmarks.workqueue_bench
@@ -53,6 +53,9 @@ bench-http: controlplane
 
 bench-handoffs: $(STAMP)
 	$(PY) -m benchmarks.handoff_bench
+
+bench-watch: controlplane
+	$(PY) -m benchmarks.watch_floor_bench $(BENCH_WATCH_ARGS)
 
 bench-placement: $(STAMP)
 	$(PY) -m benchmarks.placement_bench
