@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import orjson
 
-from benchmarks.benchkit import make_namespace, new_client, say
+from benchmarks.benchkit import REPO, make_namespace, new_client, say
 from gpuclaimctl.controlplane.plane import ControlPlane
 from gpuclaimctl.model.podcache import prune_pod
 from informers import PODS, EventHandlerFuncs, SharedInformerFactory
@@ -185,7 +185,7 @@ def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> st
     cpu0, sw0 = thread_figures(reader.native_id)
     w0 = thread_figures(worker.native_id)[0] if worker is not None and worker.native_id else 0.0
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(plane.kubeconfig), str(pods), str(rate), ns],
-                             env=dict(os.environ, PYTHONPATH=os.getcwd()))
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
     finished = counter.done.wait(60 + 4 * pods / rate)
     cpu1, sw1 = thread_figures(reader.native_id)
     w1 = thread_figures(worker.native_id)[0] if worker is not None and worker.native_id else 0.0
