@@ -36,7 +36,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from typing import Any, Callable
 
 import orjson
@@ -131,27 +130,26 @@ def _read_stream(stream: HttpWatchStream, on: Callable[[Any], None], done: threa
 
 def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> str:
     ns = f"floor-{variant}"
-    admin = new_client(str(plane.kubeconfig), 4)
-    make_namespace(admin, ns)
     api = new_client(str(plane.kubeconfig), 4)
+    make_namespace(api, ns)
     counter = Counter(EVENTS_PER_POD * pods)
     hold = threading.Event()  # keeps a reader's thread (and its /proc entry) until measured
     worker: threading.Thread | None = None
     queue: RateLimitingQueue[str] | None = None
     factory: SharedInformerFactory | None = None
+    stream: HttpWatchStream | None = None
     if variant in ("socket", "stream"):
-        stream = _watch(api, ns)
+        stream = opened = _watch(api, ns)  # open (its answer's head read) before the first create
         read = _read_socket if variant == "socket" else _read_stream
 
         def body() -> None:
             try:
-                read(stream, counter, counter.done)
+                read(opened, counter, counter.done)
             finally:
                 hold.wait(60)
 
         reader = threading.Thread(target=body, name=f"{variant}-reader", daemon=True)
         reader.start()
-        time.sleep(1.0)  # the watch is open before the first create
     else:
         # The controller's pod transforms: pruning, then the Compactor. One
         # namespace, this variant's: the events are the same as cluster-wide.
@@ -178,8 +176,7 @@ def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> st
         informer.add_event_handler(EventHandlerFuncs(add=handler, update=lambda _o, n: handler(n)),
                                    inline=True)
         factory.start()
-        informer.wait_for_sync(60)
-        counter.seen = 0  # the namespace is new, its list empty
+        informer.wait_for_sync(60)  # the namespace is new: its list adds nothing
         reader = next(t for t in threading.enumerate() if t.name == f"{PODS}:reflector")
     assert reader.native_id is not None
     cpu0, sw0 = thread_figures(reader.native_id)
@@ -191,6 +188,8 @@ def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> st
     w1 = thread_figures(worker.native_id)[0] if worker is not None and worker.native_id else 0.0
     child.wait(60)
     hold.set()
+    if stream is not None:
+        stream.close()
     if queue is not None:
         queue.shut_down()
     if factory is not None:
