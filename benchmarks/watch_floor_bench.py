@@ -100,10 +100,10 @@ class Counter:
             self.done.set()
 
 
-def _watch(api: Any, ns: str) -> HttpWatchStream:
+def _watch(api: Any, ns: str, window: float) -> HttpWatchStream:
     resp = RawClient(api).get(f"/api/v1/namespaces/{ns}/pods",
                               [("watch", "1"), ("timeoutSeconds", "900")], read_timeout=900)
-    return HttpWatchStream(resp)
+    return HttpWatchStream(resp, gather=window)
 
 
 def _read_socket(stream: HttpWatchStream, on: Callable[[Any], None], done: threading.Event) -> None:
@@ -128,7 +128,7 @@ def _read_stream(stream: HttpWatchStream, on: Callable[[Any], None], done: threa
             return
 
 
-def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> str:
+def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float, window: float) -> str:
     ns = f"floor-{variant}"
     api = new_client(str(plane.kubeconfig), 4)
     make_namespace(api, ns)
@@ -139,7 +139,7 @@ def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> st
     factory: SharedInformerFactory | None = None
     stream: HttpWatchStream | None = None
     if variant in ("socket", "stream"):
-        stream = opened = _watch(api, ns)  # open (its answer's head read) before the first create
+        stream = opened = _watch(api, ns, window)  # open (its answer's head read) before the first create
         read = _read_socket if variant == "socket" else _read_stream
 
         def body() -> None:
@@ -153,7 +153,8 @@ def run_variant(plane: ControlPlane, variant: str, pods: int, rate: float) -> st
     else:
         # The controller's pod transforms: pruning, then the Compactor. One
         # namespace, this variant's: the events are the same as cluster-wide.
-        factory = SharedInformerFactory(api, namespace=ns, transforms={PODS: prune_pod})
+        factory = SharedInformerFactory(api, namespace=ns, transforms={PODS: prune_pod},
+                                        watch_batch_window=window)
         informer = factory.informer_for(PODS)
         handler: Callable[[Any], None] = counter
         if variant == "queue":
@@ -206,15 +207,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=100.0, help="patches per second")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--batch-window", type=float, default=0.0,
+                        help="seconds events may gather before a read (--watch-batch-window); "
+                             "not for the socket variant")
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     for v in variants:
         if v not in VARIANTS:
             raise SystemExit(f"watch_floor_bench: unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     with ControlPlane(log=lambda m: say(f"[plane] {m}")) as plane:
-        rows = [run_variant(plane, v, args.pods, args.rate) for v in variants]
+        rows = [run_variant(plane, v, args.pods, args.rate, args.batch_window) for v in variants]
     print(f"{args.pods} pods x {EVENTS_PER_POD} watch events (creates back to back, then patches at "
-          f"{args.rate:g}/s); {os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{args.rate:g}/s; batch window {args.batch_window:g}s); {os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"  {'variant':<10} {'reader us/ev':>12} {'blocks/ev':>12} {'worker us':>10} {'events':>8}")
     for row in rows:
         print(row)

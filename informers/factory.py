@@ -62,6 +62,7 @@ class SharedInformerFactory:
         rand: Callable[[], float] = random.random,
         on_handler_error: HandlerErrorCallback | None = None,
         use_watch_list: bool = True,
+        watch_batch_window: float = 0.0,
     ) -> None:
         """``namespace`` limits namespaced resources to one namespace; the
         selectors apply to every resource. ``transform`` runs on each object
@@ -72,7 +73,10 @@ class SharedInformerFactory:
         objects (a fifth of the memory for pods; see transforms).
         ``use_watch_list`` fills each cache from a WatchList stream, falling
         back to paginated lists where the server refuses it (client-go's
-        default since v0.35); False always lists."""
+        default since v0.35); False always lists. ``watch_batch_window``
+        (seconds, 0 for none): under load, how long a watch event may wait
+        to be read with those after it, one wake-up for all (see
+        ``api._gathering``); the first event after a quiet spell is read at once."""
         self._client = RawClient(api_client)
         self._namespace = namespace
         self._label_selector = label_selector
@@ -88,6 +92,7 @@ class SharedInformerFactory:
         self._rand = rand
         self._on_handler_error = on_handler_error
         self._use_watch_list = use_watch_list
+        self._watch_batch_window = watch_batch_window
         self._lock = threading.Lock()
         self._informers: dict[Resource, SharedInformer] = {}
 
@@ -108,6 +113,7 @@ class SharedInformerFactory:
                     namespace=self._namespace if resource.namespaced else None,
                     label_selector=self._label_selector,
                     field_selector=self._field_selector,
+                    watch_batch_window=self._watch_batch_window,
                 )
                 informer = SharedInformer(
                     lw,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 import pytest
@@ -265,40 +265,120 @@ def test_a_chunked_body_cut_short_or_malformed_is_an_error() -> None:
             b"".join(_dechunked(lambda _n: next(blocks, b"")))
 
 
-def test_a_real_chunked_watch_response_is_read_around_urllib3() -> None:
+class ChunkedServer:
+    """A local HTTP/1.1 server answering every GET with `write(wfile)`'s
+    chunked body, each chunk flushed by itself as the API server does."""
+
+    def __init__(self, write: Callable[[Any], None]) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                write(self.wfile)
+                self.wfile.write(b"0\r\n\r\n")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def watch(self, gather: float = 0.0) -> Any:
+        import urllib3
+
+        from informers.api import HttpWatchStream, _raw_chunked
+
+        resp = urllib3.PoolManager().request(
+            "GET", f"http://127.0.0.1:{self._server.server_address[1]}/", preload_content=False)
+        assert _raw_chunked(resp) is not None  # the fast path is taken
+        return HttpWatchStream(resp, gather=gather)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _write_chunk(wfile: Any, payload: bytes) -> None:
+    wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+    wfile.flush()
+
+
+@pytest.mark.parametrize("gather", [0.0, 0.01], ids=["read-as-they-come", "gathered"])
+def test_a_real_chunked_watch_response_is_read_around_urllib3(gather: float) -> None:
     """The API server's shape end to end: a chunked HTTP/1.1 response read
     with urllib3's response object, as HttpWatchStream gets it."""
-    import http.server
-    import threading
-
-    import urllib3
-
-    from informers.api import HttpWatchStream, _raw_chunked
-
     events = _events(200)
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def write(wfile: Any) -> None:
+        for e in events:
+            _write_chunk(wfile, e)
 
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for e in events:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(e), e))
-            self.wfile.write(b"0\r\n\r\n")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = ChunkedServer(write)
     try:
-        resp = urllib3.PoolManager().request(
-            "GET", f"http://127.0.0.1:{server.server_address[1]}/", preload_content=False)
-        assert _raw_chunked(resp) is not None  # the fast path is taken
-        got = [obj["metadata"]["name"] for _t, obj in HttpWatchStream(resp)]
+        got = [obj["metadata"]["name"] for _t, obj in server.watch(gather)]
     finally:
-        server.shutdown()
+        server.close()
     assert got == [f"p{i}" for i in range(200)]
+
+
+def test_a_gathering_reader_sleeps_only_when_nothing_is_waiting_on_the_socket() -> None:
+    import socket
+
+    from informers.api import _STREAM_CHUNK, _gathering
+
+    ours, theirs = socket.socketpair()
+    fp = ours.makefile("rb")  # a BufferedReader over a SocketIO, as http.client reads
+    slept: list[float] = []
+    try:
+        assert _gathering(fp, 0.0) is None, "no window, no wait"
+        wait = _gathering(fp, 0.25, sleep=slept.append)
+        assert wait is not None
+        wait()
+        assert slept == [0.25], "nothing waiting: the events to come gather first"
+        theirs.sendall(b"x" * 100)
+        wait()
+        assert slept == [0.25], "bytes waiting in the kernel are read at once"
+        assert fp.read1(_STREAM_CHUNK) == b"x" * 100
+        wait()
+        assert slept == [0.25, 0.25], "all read: gather again"
+    finally:
+        fp.close()
+        ours.close()
+        theirs.close()
+
+
+def test_a_watch_event_after_a_quiet_spell_is_read_at_once_however_long_the_window() -> None:
+    """The window delays only events that come while the reader gathers:
+    the one that ends a quiet spell finds the reader blocked and is read at
+    once. A reader that slept after a read would hold it up to the window."""
+    import threading
+    import time
+
+    events = _events(2)
+    sent: list[float] = []
+    go = threading.Event()
+
+    def write(wfile: Any) -> None:
+        _write_chunk(wfile, events[0])
+        go.wait(10)
+        time.sleep(1.5)  # quiet for longer than the window
+        sent.append(time.monotonic())
+        _write_chunk(wfile, events[1])
+
+    server = ChunkedServer(write)
+    try:
+        stream = iter(server.watch(gather=1.0))
+        next(stream)
+        go.set()
+        next(stream)
+        received = time.monotonic()
+    finally:
+        server.close()
+    assert received - sent[0] < 0.5, f"the event waited {received - sent[0]:.2f}s for the window"

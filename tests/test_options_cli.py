@@ -65,6 +65,12 @@ def test_the_defaults_are_valid_with_and_without_leader_election() -> None:
                      "--leader-elect-retry-period must be positive", id="no-retry-period"),
         pytest.param({"resync_period": float("nan")}, "--resync-period must be a finite number",
                      id="nan-resync"),
+        pytest.param({"watch_batch_window": -0.01}, "--watch-batch-window must be between 0 and 1s",
+                     id="negative-watch-batch-window"),
+        pytest.param({"watch_batch_window": 1.5}, "--watch-batch-window must be between 0 and 1s, got 1.5s",
+                     id="watch-batch-window-past-a-second"),
+        pytest.param({"watch_batch_window": float("nan")}, "--watch-batch-window must be a finite number",
+                     id="nan-watch-batch-window"),
         pytest.param({"reject_for": float("inf")}, "--reject-for must be a finite number", id="infinite-reject-for"),
         pytest.param({"kube_api_qps": float("nan")}, "--kube-api-qps must be a finite number", id="nan-qps"),
         pytest.param({"leader_elect": True, "lease_duration": float("inf")},
@@ -122,7 +128,8 @@ def test_run_without_flags_starts_with_the_defaults(captured: list[Options]) -> 
 def test_every_flag_reaches_the_options(captured: list[Options]) -> None:
     result = invoke(
         "run", "--kubeconfig", "/etc/kube.conf", "--context", "lab", "--workers", "8",
-        "--resync-period", "90", "--leader-elect", "--leader-elect-lease-name", "gpu-lease",
+        "--resync-period", "90", "--watch-batch-window", "50ms", "--leader-elect",
+        "--leader-elect-lease-name", "gpu-lease",
         "--leader-elect-namespace", "kube-system", "--leader-elect-lease-duration", "30s",
         "--leader-elect-renew-deadline", "20s", "--leader-elect-retry-period", "4s",
         "--metrics-bind-address", "127.0.0.1:9090", "--health-bind-address", "0",
@@ -132,7 +139,8 @@ def test_every_flag_reaches_the_options(captured: list[Options]) -> None:
     )
     assert result.exit_code == 0, result.output
     assert captured == [Options(
-        kubeconfig="/etc/kube.conf", context="lab", workers=8, resync_period=90.0, leader_elect=True,
+        kubeconfig="/etc/kube.conf", context="lab", workers=8, resync_period=90.0,
+        watch_batch_window=0.05, leader_elect=True,
         lease_name="gpu-lease", lease_namespace="kube-system", lease_duration=30.0, renew_deadline=20.0,
         retry_period=4.0, metrics_bind_address="127.0.0.1:9090", health_bind_address="0",
         kube_api_qps=20.0, kube_api_burst=40, strategy=Strategy.SPREAD, reject_for=3600.0,

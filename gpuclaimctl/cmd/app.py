@@ -141,7 +141,8 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
     without one are sent from the sync like any write."""
     # Pods are cached as the controller reads them, no more (model.podcache).
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period,
-                                    transforms={PODS: prune_pod})
+                                    transforms={PODS: prune_pod},
+                                    watch_batch_window=options.watch_batch_window)
     settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
                         node_lost_grace=options.node_lost_grace)
     metrics = ControllerMetrics(registry, max_namespaces=options.metrics_max_namespaces)

@@ -27,6 +27,10 @@ def parse_service_ref(value: str) -> tuple[str, str]:
     return namespace, name
 
 
+# Past this a watch event could wait long enough to be noticed.
+MAX_WATCH_BATCH_WINDOW = 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     kubeconfig: str | None = None
@@ -34,6 +38,9 @@ class Options:
     local: bool = False
     workers: int = 16
     resync_period: float = 600.0
+    # Under load, how long a watch event may wait to be read together with
+    # those after it (informers.api._gathering); cli.py says why 20ms.
+    watch_batch_window: float = 0.02
     leader_elect: bool = False
     lease_name: str = "gpuclaimctl"
     lease_namespace: str = "gpuclaimctl-system"
@@ -75,6 +82,7 @@ class Options:
         # NaN passes every comparison below, and an infinite duration
         # overflows the timers it reaches (Event.wait, TTL caches).
         for flag, number in (("--resync-period", self.resync_period),
+                             ("--watch-batch-window", self.watch_batch_window),
                              ("--leader-elect-lease-duration", self.lease_duration),
                              ("--leader-elect-renew-deadline", self.renew_deadline),
                              ("--leader-elect-retry-period", self.retry_period),
@@ -89,6 +97,9 @@ class Options:
             raise ValueError(f"--workers must be at least 1, got {self.workers}")
         if self.resync_period < 0:
             raise ValueError("--resync-period must not be negative (0 disables resync)")
+        if not 0 <= self.watch_batch_window <= MAX_WATCH_BATCH_WINDOW:
+            raise ValueError(f"--watch-batch-window must be between 0 and {MAX_WATCH_BATCH_WINDOW:g}s, "
+                             f"got {self.watch_batch_window:g}s")
         for flag, value in (("--reject-for", self.reject_for),
                             ("--node-lost-grace", self.node_lost_grace),
                             ("--shutdown-timeout", self.shutdown_timeout)):
