@@ -107,3 +107,15 @@ def test_a_later_write_from_an_older_version_failing_does_not_end_a_written_bind
     inflight.observe("c1", "12")
     assert inflight.get("c1") is not None
     assert inflight.observe("c1", "15")
+
+
+def test_a_claim_in_flight_cannot_get_a_second_placement(inflight: InFlightPlacements) -> None:
+    """The first may be bound on the server yet: replacing it would uncount
+    its GPUs (I1); a move waits for it to end (sync.pods._place)."""
+    inflight.written("c1", "15")
+    with pytest.raises(ValueError):
+        inflight.add("c1", P1, "node-b", GPU, 2, base="10")
+    assert inflight.usage() == {GPU: {"node-a": 2}}
+    inflight.observe("c1", "15")
+    inflight.add("c1", P1, "node-b", GPU, 2, base="15")
+    assert inflight.usage() == {GPU: {"node-b": 2}}

@@ -147,6 +147,23 @@ def test_a_claim_recreated_under_its_name_during_a_watch_gap_leaks_no_gpus() -> 
     assert not s.gated("p2")
 
 
+def test_a_pod_recreated_under_its_name_during_a_watch_gap_is_told_why_it_waits_again() -> None:
+    """One Warning per change of reason is remembered per pod, not per name:
+    the new pod, seen as an update with another uid, waits for the same
+    reason as the old one and must be told so too."""
+    s = Story(nodes=(4,))
+    bad = [{"name": "g"}]  # no source: InvalidClaims
+    s.pod("p1", bad)
+    s.see_all()
+    s.sync("pod:team/p1")
+    assert [e.reason for e in s.fake.events] == ["InvalidClaims"]
+    s.fake.delete(PODS, NS, "p1")  # gated: gone at once
+    s.pod("p1", bad)
+    s.ctl.informers[PODS].relist()  # update(old, new) with another uid
+    s.sync("pod:team/p1")
+    assert [e.reason for e in s.fake.events] == ["InvalidClaims", "InvalidClaims"]
+
+
 def test_an_in_flight_bind_counts_until_the_watch_shows_it_however_long_that_takes() -> None:
     """Item 5: no time-to-live; the watch lags ten minutes."""
     s = Story(nodes=(4,))
@@ -176,6 +193,57 @@ def test_a_bind_whose_answer_was_lost_counts_until_its_fate_is_known(landed: boo
     s.drain()
     s.check_quiet()
     assert s.bound_on("n0") == 4
+
+
+@pytest.mark.parametrize("first_bind", ["answered", "answer lost"])
+def test_a_set_whose_node_went_invalid_moves_only_once_its_earlier_bind_is_seen(first_bind: str) -> None:
+    """The set's first sync binds c1 on n0 and fails before the release:
+    c2's write refused (409: someone changed c2), or c1's bind answer lost
+    after it landed. n0 is cordoned while the claim watch lags. Deciding
+    the set again, c1 still counts on n0: moving it to n1 then would replace
+    that count while c1 is Bound on n0, and a pod asking n0's two GPUs would
+    overcommit it once n0 is uncordoned. The move waits until the watch
+    shows what c1's bind did."""
+    s = Story(nodes=(2, 4))  # binpack prefers n0 for the 2-GPU set
+    s.claim("c1", 1)
+    s.claim("c2", 1)
+    s.pod("p", [{"name": "a", "claim": "c1"}, {"name": "b", "claim": "c2"}])
+    s.see_all()
+
+    def cordon() -> None:
+        s.fake.patch(NODES, "", "n0", lambda o: o.setdefault("spec", {}).update(unschedulable=True))
+        s.ctl.informers[NODES].deliver(10_000)
+
+    def meanwhile(m: str, _body: Obj) -> None:
+        if m != "update_claim" or not s.bound_on("n0"):
+            return  # c1's finalizer; c2's comes after c1's bind
+        s.fake.before_write = None
+        s.fake.patch(CLAIMS, NS, "c2", lambda o: o["metadata"].setdefault("labels", {}).update(x="y"))
+        cordon()
+
+    if first_bind == "answered":
+        s.fake.before_write = meanwhile
+    else:
+        s.fake.inject("update_claim_status", lost_answer(), landed=True)
+    s.sync("pod:team/p")  # fails before the release, to be retried
+    if first_bind == "answered":
+        assert s.fake.before_write is None, "the story did not happen as written"
+    else:
+        cordon()
+    assert s.bound_on("n0") == 1 and s.gated("p")
+    s.sync("pod:team/p")  # the claim watch still lags: c1 must stay counted on n0
+    assert s.ctl.view.used().get(RESOURCE, {}).get("n0", 0) >= 1
+    assert s.gated("p") and s.bound_on("n1") == 0
+    s.fake.patch(NODES, "", "n0", lambda o: o["spec"].update(unschedulable=False))
+    s.ctl.informers[NODES].deliver(10_000)
+    s.pod("q", [{"name": "g", "className": "alpha", "count": 2}])
+    s.ctl.informers[PODS].deliver(10_000)
+    s.sync("pod:team/q")
+    s.sync("pod:team/q")
+    assert s.bound_on("n0") <= 2
+    s.drain()
+    s.check_quiet()
+    assert s.bound_on("n0") <= 2 and not s.gated("p") and not s.gated("q")
 
 
 def test_a_bind_still_on_the_server_when_its_answer_was_lost_is_not_settled_free_by_a_read() -> None:

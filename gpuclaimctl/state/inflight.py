@@ -115,7 +115,12 @@ class InFlightPlacements:
 
     def add(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
             base: str | int, *, namespace: str = "", class_name: str = "") -> None:
-        """Count the GPUs from now on. A second add for the claim replaces the first."""
+        """Count the GPUs from now on. A claim with an entry already may
+        not get another: the first may be bound on the server yet, and
+        replacing it would uncount its GPUs (I1); a move waits for it to
+        end (sync.pods._place). Raises ValueError then, counting nothing new."""
+        if claim_uid in self._entries:
+            raise ValueError(f"claim {claim_uid} has a placement in flight already")
         b = base if isinstance(base, int) else parse_rv(base)
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, b,
                                             namespace=namespace, class_name=class_name)

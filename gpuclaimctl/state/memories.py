@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from cachetools import LRUCache, TTLCache
 
+from gpuclaimctl.model import keys
 from gpuclaimctl.model.snapshot import Rejection
 from gpuclaimctl.state.lockedcache import LockedCache
 
@@ -21,6 +23,15 @@ SET_REJECTIONS_REMEMBERED = 10_000
 # free on a node: 3") is written at most this often: with a thousand pods
 # waiting, every freed GPU would otherwise cost a thousand status writes.
 WAITING_MESSAGE_REFRESH = 30.0
+
+
+def told_key(pod: Mapping[str, Any]) -> str:
+    """What `Memories.last_warning` remembers a pod by: its uid, so a pod
+    deleted and made again under its name (seen as an update when the watch
+    was away) is told again, and a sync of the old one finishing late
+    cannot silence the new one."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or keys.key_of(pod))
 
 
 def _set_rejections(reject_for: float) -> LockedCache[tuple[str, str], tuple[Rejection, ...]]:
@@ -43,7 +54,8 @@ class Memories:
     # kept from SchedulingGated (both False) when the pod waited gated.
     refusals_seen: LockedCache[str, datetime] = field(
         default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
-    # The last waiting reason each pod was warned of (one Warning event per change).
+    # The last waiting reason each pod (its uid: told_key) was warned
+    # of (one Warning event per change).
     last_warning: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # What each pod waiting with reason Capacity needs on one node (resource
     # -> GPUs of its claims not yet bound): GPUs freed on a node with less

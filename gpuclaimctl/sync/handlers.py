@@ -16,6 +16,7 @@ from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.state import indexes
+from gpuclaimctl.state.memories import told_key
 from gpuclaimctl.state.view import Change
 from gpuclaimctl.sync.context import BUDGET, CLAIM, CLASS, POD, SyncContext
 from informers import DeletedFinalStateUnknown
@@ -154,7 +155,7 @@ class Handlers:
             return
         self.ctx.memories.deleted_pods[pod["metadata"].get("uid", "")] = True
         self.woke_by(lambda: self.view.delete_pod(pod))
-        self.ctx.memories.last_warning.pop(keys.key_of(pod), None)
+        self.ctx.memories.last_warning.pop(told_key(pod), None)
         self.ctx.memories.capacity_needs.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
 

@@ -70,6 +70,7 @@ from gpuclaimctl.model.snapshot import (
 )
 from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.state.inflight import may_still_land_for
+from gpuclaimctl.state.memories import told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.pods")
@@ -78,6 +79,9 @@ Obj = dict[str, Any]
 # Answers to a create that only a change by the user can turn around
 # (Forbidden is what an exceeded ResourceQuota answers).
 _REFUSED_BY_USER_INPUT = frozenset({400, 403, 422})
+# Seconds before a set whose claim's earlier bind is not seen back yet is
+# decided again (see _place), unless the claim's update wakes it first.
+_UNSETTLED_RETRY = 1.0
 
 
 def sync_pod(ctx: SyncContext, key: str) -> None:
@@ -150,6 +154,17 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                               budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
             held_back = isinstance(decision, Placed) and pinned is not None and decision.node != pinned
             taking = decision if isinstance(decision, Placed) and not held_back else None
+            # A claim with a write of ours not seen back yet (answered, or
+            # refused or lost and not settled) counts where that write puts
+            # it: the decision sees it bound there (_with_inflight). Taking
+            # new GPUs for it elsewhere -- the node went invalid for the set
+            # meanwhile -- would replace that count while the claim may be
+            # bound there on the server (I1). The move waits until the
+            # informer shows what the write did (the entry ends).
+            unsettled = None if taking is None else next(
+                (e for e in (d.in_flight(a.uid) for a in taking.new_gpus()) if e is not None), None)
+            if unsettled is not None:
+                taking = None
             # GPUs freed since this pod's turn came woke older pods (the
             # view and the queue change together: Handlers.woke_by); the
             # oldest that fits gets them first. Only when taking new GPUs:
@@ -167,6 +182,14 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                              claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
                              class_name=str((claim.get("spec") or {}).get("className") or ""))
 
+    if unsettled is not None:
+        # Woken by the claim's update once seen; the delay is the backstop
+        # for an end no pod event brings (a refusal followed by another's
+        # change of the claim, a lost answer settled by a live read).
+        log.info("a claim's earlier bind is not seen back yet; the set moves once it is",
+                 extra={"pod": key, "node": unsettled.node})
+        ctx.enqueue_after(POD + key, max(_UNSETTLED_RETRY, unsettled.settle_after(now) + 0.1))
+        return
     if overtaken:
         log.debug("an older pod was woken after this one's turn came; it decides first",
                   extra={"pod": key})
@@ -222,7 +245,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
         if created_at is not None:
             ctx.metrics.observe_release(meta.get("namespace", ""),
                                         max(0.0, (ctx.now() - created_at).total_seconds()))
-    ctx.memories.last_warning.pop(key, None)
+    ctx.memories.last_warning.pop(told_key(pod), None)
     # Debug, not info: a line per pod was 3 % of the controller's CPU; the
     # Placed event and gpuclaimctl_placements_total tell the same.
     log.debug("released pod on node", extra={"pod": key, "node": decision.node})
@@ -385,9 +408,9 @@ def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: s
     invalid annotation, which never gets as far as a decision, is counted
     in gpuclaimctl_placements_total here (`counted`: already done)."""
     key = keys.key_of(pod)
-    if ctx.memories.last_warning.get(key) == str(reason):
+    if ctx.memories.last_warning.get(told_key(pod)) == str(reason):
         return
-    ctx.memories.last_warning[key] = str(reason)
+    ctx.memories.last_warning[told_key(pod)] = str(reason)
     if reason is api.WaitReason.INVALID_CLAIMS and not counted and ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
@@ -521,9 +544,9 @@ def _release_bare_pod(ctx: SyncContext, pod: Obj, held: Sequence[Mapping[str, An
             ctx.writer.update_claim_status(body)
             ctx.enqueue(CLAIM + keys.key_of(c))
     key = keys.key_of(pod)
-    if ctx.memories.last_warning.get(key) == "RefusedBare":
+    if ctx.memories.last_warning.get(told_key(pod)) == "RefusedBare":
         return
-    ctx.memories.last_warning[key] = "RefusedBare"
+    ctx.memories.last_warning[told_key(pod)] = "RefusedBare"
     log.warning("kube-scheduler refused a bare pod; its claims let go of it",
                 extra={"pod": key, "node": node_name, "reason": message})
     ctx.writer.event(_pod_ref(pod), "Warning", "NodeRefused",

@@ -435,6 +435,8 @@ class Sim:
             elif roll < 0.32 and method != "event":
                 self.note(f"  at {method}: the process dies")
                 raise Crash()
+            elif roll < 0.35:
+                self.toggle_cordon()
         finally:
             self.depth -= 1
 
@@ -500,6 +502,8 @@ class Sim:
             self.toggle_class()
         elif roll < 0.94:
             self.change_budget()
+        elif roll < 0.97:
+            self.toggle_cordon()
         else:
             self.create_pod()
 
@@ -565,6 +569,15 @@ class Sim:
                     entries.pop(0)
                 pod["metadata"]["annotations"][api.CLAIMS_ANNOTATION] = json.dumps(entries)
             self.fake.patch(PODS, NS, p["metadata"]["name"], drop)
+
+    def toggle_cordon(self) -> None:
+        """An admin cordons a node or uncordons it: a set partly bound there
+        must move (its first binds may not be seen back yet)."""
+        name = self.rng.choice(sorted(self.allocatable()))
+        node = self.fake.get(NODES, "", name)
+        cordoned = not bool((node or {}).get("spec", {}).get("unschedulable"))
+        self.note(f"admin {'cordons' if cordoned else 'uncordons'} node {name}")
+        self.fake.patch(NODES, "", name, lambda o: o.setdefault("spec", {}).update(unschedulable=cordoned))
 
     def toggle_class(self) -> None:
         name = self.rng.choice(("alpha", "beta"))
@@ -664,6 +677,14 @@ class Sim:
             if held.get(node, 0) > alloc:
                 raise InvariantBroken(f"I1 at {where}: node {node} has {held[node]} GPUs bound of "
                                       f"{alloc}\n" + self.trace())
+        # What keeps I1 under lag: the controller never counts fewer GPUs on
+        # a node than claims hold there on the server (its informer's view
+        # plus what it has in flight), or it could place more there.
+        counted = self.ctl.view.used().get(RESOURCE, {})
+        for node, n in held.items():
+            if counted.get(node, 0) < n:
+                raise InvariantBroken(f"undercount at {where}: node {node} has {n} GPUs bound, the "
+                                      f"controller counts {counted.get(node, 0)}\n" + self.trace())
         # Budgets: never more held under a limit than its ceiling.
         for (budget, cls), ceiling in self.ceilings.items():
             held = self.held_in_namespace((lambda c: True) if cls == "*" else (lambda c: c == cls))
@@ -710,6 +731,9 @@ class Sim:
         free = dict(self.allocatable())
         for node, count in recount.get(RESOURCE, {}).items():
             free[node] -= count
+        for node in self.fake.list(NODES).items:  # a cordoned node takes nothing new
+            if (node.get("spec") or {}).get("unschedulable"):
+                free.pop(node["metadata"]["name"], None)
         for pod in pods.values():
             if not has_gate(pod):
                 continue
