@@ -412,7 +412,9 @@ def test_a_placement_never_overcommits_and_honours_every_rule() -> None:
 def test_the_claim_plan_takes_any_status_the_schema_allows() -> None:
     rng = random.Random(7)
     times = ["9999-12-31T23:59:59Z", "0001-01-01T00:00:00+23:59", "2026-01-01T00:05:00+05:00",
-             "2025-12-31T23:59:59.123456789Z", "2026-01-01T00:00:30Z", "not a time", None]
+             "2025-12-31T23:59:59.123456789Z", "2026-01-01T00:00:30Z", "not a time", None,
+             # No offset: the API server's date-time format takes these too.
+             "2099-01-01T00:00:00", "2026-01-01"]
     for _ in range(3000):
         status: dict[str, Any] = {"phase": rng.choice(["Pending", "Bound", "Lost", None])}
         if status["phase"] in ("Bound", "Lost"):

@@ -13,7 +13,7 @@ import bisect
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
@@ -326,13 +326,17 @@ class Cluster:
 # --- parsing helpers ----------------------------------------------------------
 
 def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it, or None."""
+    """An RFC 3339 timestamp as the API server writes it, or None. One
+    without an offset (the API server's date-time format also takes
+    "2006-01-02T15:04:05") is read as UTC: a naive datetime compared with
+    the controller's aware clock would raise in every sync that reads it."""
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 def format_time(value: datetime) -> str:
