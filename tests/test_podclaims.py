@@ -251,3 +251,16 @@ def test_a_claim_reference_has_nothing_to_create() -> None:
     (entry,) = parse_claims('[{"name": "g", "claim": "c"}]')
     with pytest.raises(ValueError):
         template_claim(pod(), entry)
+
+
+def test_a_padded_annotation_parses_alike_and_is_not_kept_in_the_memo() -> None:
+    """Whitespace up to the API server's 256 KiB of annotations is valid
+    JSON; memoizing 4,096 such texts would pin a gigabyte."""
+    from gpuclaimctl.model import podclaims
+
+    entry = '{"name": "g", "className": "only-in-this-test", "count": 2}'
+    padded = "[" + " " * 200_000 + entry + "]"
+    before = podclaims._parse_claims_memoized.cache_info().currsize
+    assert parse_claims(padded) == parse_claims("[" + entry + "]")
+    assert podclaims._parse_claims_memoized.cache_info().currsize == before + 1  # the short one only
+    assert parse_claims("[" + entry + "]") is parse_claims("[" + entry + "]")

@@ -97,17 +97,35 @@ class PodClaimsError(ValueError):
         return head + "; ".join(f"({i}) {p}" for i, p in enumerate(self.problems, 1))
 
 
-@functools.lru_cache(maxsize=4096)
+# Texts memoized by parse_claims: at most this long. MAX_ENTRIES entries
+# of real names fit in far less; a text padded to the API server's 256 KiB
+# of annotations is parsed each time instead, or 4,096 such pods would pin
+# a gigabyte in the cache.
+MEMOIZED_TEXT_MAX = 8192
+
+
 def parse_claims(text: str | None) -> tuple[ClaimEntry, ...]:
     """Parse and validate the annotation's text.
 
     Raises PodClaimsError listing every problem found (not only the first),
     so a user fixes the annotation in one edit.
 
-    Memoized on the text (the entries are immutable): the pods of one job
-    carry the same annotation, and every pod event and sync reads it; an
-    invalid text (an error, which is not memoized) is parsed each time.
+    Memoized on the text (the entries are immutable) up to
+    MEMOIZED_TEXT_MAX characters: the pods of one job carry the same
+    annotation, and every pod event and sync reads it; an invalid text (an
+    error, which is not memoized) is parsed each time.
     """
+    if text is not None and len(text) <= MEMOIZED_TEXT_MAX:
+        return _parse_claims_memoized(text)
+    return _parse_claims(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_claims_memoized(text: str) -> tuple[ClaimEntry, ...]:
+    return _parse_claims(text)
+
+
+def _parse_claims(text: str | None) -> tuple[ClaimEntry, ...]:
     if text is None:
         raise PodClaimsError(
             [f"the pod has no {CLAIMS_ANNOTATION} annotation; it must list the pod's GPU claims"]
