@@ -449,6 +449,9 @@ class _View:
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         return {api.DEFAULT_CLASS_LABEL: "a100"} if namespace == "dft" else {}
 
+    def fresh_namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        return self.namespace_labels(namespace)
+
     def has_budget(self, namespace: str) -> bool:
         return namespace == "bud"
 

@@ -28,6 +28,11 @@ class FakeView:
                                                              "mi300": "amd.com/gpu"})
     templates: dict[str, Any] = field(default_factory=dict)
     claims: dict[str, Any] = field(default_factory=dict)
+    # What the API server has, where the cache (`namespaces`) lags behind;
+    # an exception to raise for a read that fails.
+    live_namespaces: dict[str, dict[str, str]] | None = None
+    live_error: Exception | None = None
+    live_reads: int = 0
 
     @property
     def controller_users(self) -> Set[str]:
@@ -35,6 +40,13 @@ class FakeView:
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         return self.namespaces.get(namespace)
+
+    def fresh_namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        self.live_reads += 1
+        if self.live_error is not None:
+            raise self.live_error
+        live = self.namespaces if self.live_namespaces is None else self.live_namespaces
+        return live.get(namespace)
 
     def has_budget(self, namespace: str) -> bool:
         return namespace in self.budgets
@@ -124,6 +136,33 @@ def test_a_gpu_pod_in_a_default_class_namespace_gets_an_inline_claim_and_the_gat
     assert [(e.name, e.class_name, e.count) for e in entries] == [("gpus", "a100", 2)]
     # And the result passes the validating webhook.
     assert validate(request(mutated), view).allowed
+
+
+@pytest.mark.parametrize("cached", [None, {}], ids=["namespace-not-cached", "label-not-cached"])
+def test_a_label_the_cache_does_not_show_yet_is_read_from_the_api_server(
+        cached: dict[str, str] | None) -> None:
+    """The API server calls the default-class webhook because the namespace
+    carries the label; a cache that lags behind (a namespace just made or
+    just labelled) must not let the GPU pod past the gate unchanged."""
+    view = FakeView(namespaces={} if cached is None else {"team": cached},
+                    live_namespaces={"team": {api.DEFAULT_CLASS_LABEL: "a100"}})
+    mutated = apply_patch(pod(gpus=2), mutate(request(pod(gpus=2)), view))
+    assert mutated["spec"]["schedulingGates"] == [GATE]
+    assert [(e.class_name, e.count) for e in pod_claims(mutated)] == [("a100", 2)]
+    assert view.live_reads == 1
+
+
+def test_a_label_that_cannot_be_read_refuses_the_pod_rather_than_let_it_past() -> None:
+    view = FakeView(namespaces={}, live_error=OSError("connection refused"))
+    verdict = mutate(request(pod(gpus=2)), view)
+    assert not verdict.allowed
+    assert "could not read the labels of namespace team" in verdict.message
+    assert "connection refused" in verdict.message
+
+
+def test_a_labelled_namespace_in_the_cache_costs_no_read() -> None:
+    view = FakeView(namespaces={"team": {api.DEFAULT_CLASS_LABEL: "a100"}}, live_error=OSError("x"))
+    assert mutate(request(pod(gpus=2)), view).allowed and view.live_reads == 0
 
 
 def test_the_claim_counts_what_the_scheduler_counts_including_init_containers() -> None:

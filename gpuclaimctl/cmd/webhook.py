@@ -18,9 +18,10 @@ API server once (a SelfSubjectReview of this process's credentials).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.certs import CertPolicy
+from gpuclaimctl.client.errors import NotFound
 from gpuclaimctl.client.webhookcerts import CertKeeper, service_hosts
 from gpuclaimctl.cmd.options import Options, parse_service_ref
 from gpuclaimctl.cmd.webhookserver import WebhookServer
@@ -58,13 +60,20 @@ WHOAMI_RETRY = 5.0
 # moment after the pod is marked terminating, and a call still routed here
 # meanwhile would be refused (failurePolicy Fail) if nothing listened.
 DRAIN_SECONDS = 5.0
+# A live read of a namespace the cache does not show labelled yet.
+NAMESPACE_READ_TIMEOUT = 2.0
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class CacheView:
     """gpuclaimctl.webhook.pods.AdmissionView over the informers' listers."""
 
-    def __init__(self, factory: SharedInformerFactory) -> None:
+    def __init__(self, factory: SharedInformerFactory,
+                 read_namespace: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
+        """`read_namespace`: a live read of one namespace (None if it does
+        not exist), for `fresh_namespace_labels`."""
         self._namespaces = ClusterLister(factory.informer_for(NAMESPACES).indexer)
+        self._read_namespace = read_namespace
         self._classes = factory.gpu_classes()
         self._budgets = factory.gpu_budgets()
         self._templates = factory.gpu_claim_templates()
@@ -85,6 +94,17 @@ class CacheView:
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         ns = self._namespaces.get(namespace)
+        if ns is None:
+            return None
+        labels = (ns.get("metadata") or {}).get("labels") or {}
+        return labels if isinstance(labels, Mapping) else {}
+
+    def fresh_namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        if self._read_namespace is None:
+            raise RuntimeError("no live read of namespaces")
+        if not _DNS_LABEL.fullmatch(namespace):
+            return None  # not a namespace the API server could have sent
+        ns = self._read_namespace(namespace)
         if ns is None:
             return None
         labels = (ns.get("metadata") or {}).get("labels") or {}
@@ -124,7 +144,7 @@ class Webhook:
         # Every replica's webhook sends these, the standby's too: a User-Agent
         # of their own keeps them apart from the leader's writes.
         self._api = kube.client_for(api_client, "webhook")
-        self.view = CacheView(factory)
+        self.view = CacheView(factory, self._read_namespace)
         cert_dir = Path(options.webhook_cert_dir)
         self.server = WebhookServer(
             options.webhook_bind_address, cert_dir,
@@ -143,6 +163,16 @@ class Webhook:
         self._stop = threading.Event()
         self._whoami: threading.Thread | None = None
         self._draining_since: float | None = None
+
+    def _read_namespace(self, name: str) -> Mapping[str, Any] | None:
+        """One namespace from the API server, well inside the API server's
+        wait for the webhook (configurations.TIMEOUT_SECONDS)."""
+        try:
+            ns: Mapping[str, Any] = kube.request_json(self._api, "GET", f"/api/v1/namespaces/{name}",
+                                                      timeout=NAMESPACE_READ_TIMEOUT)
+        except NotFound:
+            return None
+        return ns
 
     @property
     def port(self) -> int:

@@ -65,6 +65,10 @@ class AdmissionView(Protocol):
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         """The namespace's labels; None when the cache does not show it."""
 
+    def fresh_namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels as the API server has them now (None: no
+        such namespace); raises when they cannot be read."""
+
     def has_budget(self, namespace: str) -> bool: ...
 
     def class_resources(self) -> Mapping[str, str]:
@@ -106,6 +110,17 @@ def mutate(req: AdmissionRequest, view: AdmissionView) -> Verdict:
     meta = pod.get("metadata") or {}
     if _annotation(pod) is None:
         cls = default_class(view.namespace_labels(req.namespace))
+        if not cls:
+            # Only the default-class webhook sends a pod naming no claims,
+            # and the API server sent it because the namespace carries the
+            # label: the cache does not show it yet (a namespace just made
+            # or just labelled). Allowing the pod as it is would let it past
+            # the gate and every budget; the API server has the answer.
+            try:
+                cls = default_class(view.fresh_namespace_labels(req.namespace))
+            except Exception as e:
+                return deny(f"could not read the labels of namespace {req.namespace} to give "
+                            f"this pod its GPU claims ({e}); try again")
         if not cls:
             return allow()
         # A class not created yet is read with the CRD's default resource: the
