@@ -174,7 +174,7 @@ def test_a_write_that_waited_for_a_rate_limiter_token_past_the_deadline_is_refus
         # ...but its token came 3 s later, past the renew deadline.
         writer.patch_pod("ns", "second", [])
     assert fake.slept == pytest.approx([3.0])
-    assert [url for _, url in api.sent] == ["https://api/api/v1/namespaces/ns/pods/first"]
+    assert [url for _, url in api.sent] == ["https://api/api/v1/namespaces/ns/pods/first?timeout=4000ms"]
 
 
 def test_a_write_near_the_deadline_gets_only_the_time_left_before_a_takeover(
@@ -185,6 +185,12 @@ def test_a_write_near_the_deadline_gets_only_the_time_left_before_a_takeover(
     fake.now += 2.9
     Writer(api, fence=fence).delete_claim("ns", "c", "uid")  # type: ignore[arg-type]
     assert api.timeouts == pytest.approx([LEASE - 2.9])
+    # The API server gives up on it by then too: a write it has not handed
+    # to storage when the Lease can be taken over is never made.
+    (_, url), = api.sent
+    path, _, timeout = url.partition("?timeout=")
+    assert path == "https://api/apis/gpuclaimctl.io/v1alpha1/namespaces/ns/gpuclaims/c"
+    assert timeout.endswith("ms") and 1090 <= int(timeout[:-2]) <= 1100  # never past the takeover
 
 
 def test_reads_are_not_fenced(fence: WriteFence) -> None:

@@ -120,14 +120,20 @@ def request(
     if limiter is not None:
         limiter.wait()
     base, headers = _prepared(api_client, content_type)
+    if fence is not None:
+        timeout = min(timeout, fence())
+        # The API server's own deadline too (client-go sends it as well): a
+        # write it is still working on when this process gives up must not
+        # land after another replica took the Lease over, as it could for
+        # up to --request-timeout (60 s) otherwise. It bounds the handler's
+        # context, so a write not yet handed to storage by then never is.
+        query = [*(query or ()), ("timeout", f"{max(1, int(timeout * 1000))}ms")]
     target = path
     if query:
         target += "?" + "&".join(f"{k}={quote(str(v))}" for k, v in query)  # as param_serialize
     # Encoded here, once, by orjson: the client's own path walks every body
     # with sanitize_for_serialization and json.dumps.
     payload = None if body is None else orjson.dumps(body)
-    if fence is not None:
-        timeout = min(timeout, fence())
     transport = _transport(api_client, base)
     if transport is not None:
         # The fence again, once the connection is ready: see Http11.request.
