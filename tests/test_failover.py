@@ -421,6 +421,30 @@ def test_a_lost_lease_closes_the_fence_drops_the_queue_and_exits_1_at_once(
         "leader election ended: LOST; exiting so a standby takes over"]
 
 
+def test_a_leader_whose_caches_do_not_sync_gives_the_lease_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Returning from on_started_leading without workers would keep the
+    Lease renewed forever by a process that does nothing (the standby never
+    takes over, /healthz passes): it raises instead, which makes the
+    elector close the fence and release the Lease (WORKER_FAILED)."""
+    monkeypatch.setattr(app, "SYNC_TIMEOUT", 0.3)
+    ran: list[int] = []
+
+    class NeverSynced:
+        def has_synced(self) -> bool:
+            return False
+
+        def run(self, workers: int, stop: threading.Event) -> bool:
+            ran.append(workers)
+            return True
+
+    with pytest.raises(RuntimeError, match="caches did not sync"):
+        app.lead_workers(NeverSynced(), None, WriteFence(), 2, threading.Event())  # type: ignore[arg-type]
+    assert ran == []
+    stop = threading.Event()
+    stop.set()  # stopping while waiting is not a failure
+    app.lead_workers(NeverSynced(), None, WriteFence(), 2, stop)  # type: ignore[arg-type]
+
+
 def test_workers_still_busy_after_the_shutdown_timeout_keep_the_leader_from_returning() -> None:
     """on_started_leading returning is what lets the elector release the
     Lease (a standby then takes over within a retry period). A worker still

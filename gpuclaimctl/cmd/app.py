@@ -274,8 +274,16 @@ def lead_workers(controller: Controller, recorder: EventRecorder, fence: WriteFe
     elector gives up at the Lease's expiry and lets it run out instead.
     """
     log.info("became leader; starting %d workers", workers)
-    if not _wait_synced(controller, stop) or not _catch_up(controller, stop):
-        return
+    if not _wait_synced(controller, stop):
+        if stop.is_set():
+            return
+        # Returning would leave the elector renewing a Lease no worker
+        # uses: the standby could never take over and /healthz would pass.
+        # Raising makes the elector close the fence and release the Lease,
+        # and the process exits 1, as it does without leader election.
+        raise RuntimeError(f"caches did not sync in {SYNC_TIMEOUT:.0f}s; giving the Lease up")
+    if not _catch_up(controller, stop):
+        return  # stopped
     if not controller.run(workers, stop):
         log.error("workers still busy after --shutdown-timeout; the Lease will not be "
                   "released while they may write")
