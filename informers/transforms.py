@@ -54,6 +54,13 @@ _PER_OBJECT = frozenset(("uid", "resourceVersion", "name"))
 _MISSES_BEFORE_SKIPPING = 16
 _PROBE_EVERY = 64
 
+# The tables hold strings and parts of at most this many characters (of
+# JSON, for a part). A bigger one is kept by its object alone, never by a
+# table: the tables are bounded by count, and an annotation padded to the
+# API server's 256 KiB, unique per pod, would otherwise pin gigabytes after
+# its pods are gone. Values that big are rarely shared anyway.
+_MAX_REMEMBERED = 4096
+
 
 class Compactor:
     """A transform that shares equal strings and equal sub-objects between cached objects.
@@ -155,7 +162,7 @@ class Compactor:
                     rebuild = True
             t = type(v)
             if t is str:
-                if metadata and k in _PER_OBJECT:
+                if (metadata and k in _PER_OBJECT) or len(v) > _MAX_REMEMBERED:
                     continue
                 c = strings.get(v)
                 if c is None:
@@ -178,6 +185,8 @@ class Compactor:
         for i, v in enumerate(items):
             t = type(v)
             if t is str:
+                if len(v) > _MAX_REMEMBERED:
+                    continue
                 c = strings.get(v)
                 if c is None:
                     strings[v] = c = self._older_strings.get(v, v)
@@ -200,6 +209,8 @@ class Compactor:
             # Never equal to one seen before of late: walked, not looked up.
             return self._dict(v) if t is dict else self._list(v, slot)
         key = orjson.dumps(v)
+        if len(key) > _MAX_REMEMBERED:
+            return self._dict(v) if t is dict else self._list(v, slot)
         c = self._shared.get(key)
         if c is None:
             c = self._once.pop(key, None)

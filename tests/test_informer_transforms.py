@@ -237,3 +237,22 @@ def test_the_shared_items_of_a_list_whose_first_item_is_unique_stay_shared() -> 
     objs = [c(pod(i)) for i in range(1000)]
     shared = {id(item) for o in objs[500:] for item in o["spec"]["containers"][0]["env"][1:]}
     assert len(shared) == 15
+
+
+def test_the_tables_never_keep_a_big_string_or_part_after_its_object_is_gone() -> None:
+    """The tables are bounded by count, not bytes: an annotation padded to
+    the API server's 256 KiB, unique per pod, would pin gigabytes there
+    after its pods were gone. Such values stay with their object alone."""
+    from informers.transforms import _MAX_REMEMBERED
+
+    compactor = Compactor()
+    big = "x" * (_MAX_REMEMBERED + 1)
+    for i in range(3):
+        pod = {"metadata": {"name": f"p{i}", "annotations": {"a": big + str(i), "b": "small"}},
+               "spec": {"containers": [{"name": "c", "args": [big + str(i)]}]}}
+        out = compactor(pod)
+        assert out["metadata"]["annotations"]["a"] == big + str(i)
+        assert out["spec"]["containers"][0]["args"] == [big + str(i)]
+    tables = [compactor._strings, compactor._older_strings, compactor._once, compactor._shared]
+    assert all(len(k) <= _MAX_REMEMBERED for table in tables for k in table)
+    assert "small" in compactor._strings  # small values are shared as before
