@@ -282,6 +282,7 @@ class Reflector:
         return opened
 
     def _watch_list_and_replace(self) -> _OpenWatch:
+        cut_short = 0  # streams in a row that ended before their initial events did
         while True:
             if self._stopper.stopped:
                 raise _Stopped()
@@ -314,6 +315,13 @@ class Reflector:
                     # client-go's VeryShortWatchError, which its watchList
                     # does not retry: the list is asked instead.
                     raise _WatchListRefused("the stream ended at once without an event")
+                cut_short += 1
+                if cut_short > 1:
+                    # Twice in a row (a proxy that ends long requests, say):
+                    # asking again at once would send the server the whole
+                    # state again and again. client-go lists after any
+                    # failed WatchList; the next relist tries WatchList again.
+                    raise _WatchListRefused("the stream ended before its initial events did, twice")
                 log.info("%s: WatchList stream ended before its initial events did; asking again", self.name)
                 continue
             break

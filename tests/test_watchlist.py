@@ -207,6 +207,22 @@ def test_a_stream_that_ends_before_its_initial_events_did_is_asked_again(
     assert r.stats.lists == 0
 
 
+def test_streams_that_end_before_their_initial_events_twice_in_a_row_are_listed_instead(
+    lw: FakeListerWatcher, run_reflector: Any
+) -> None:
+    """Not asked again and again (each time the whole state): as client-go
+    does after a failed WatchList, the store is filled by a list."""
+    seed(lw, 2)
+    cut = [added("o0000", 5)]
+    scripted = Scripted(lw, list(cut), list(cut), list(cut))
+    store = Recorder()
+    r = run_reflector(scripted, store)
+    wait_for(lambda: r.stats.watches >= 1)
+    assert scripted.watch_calls[:2] == [True, True] and len(scripted.streams) == 1
+    assert r.stats.watch_list_fallbacks == 1 and r.stats.lists == 1
+    assert store.names() == ["default/o0000", "default/o0001"]
+
+
 def test_a_stream_that_ends_at_once_with_nothing_is_listed_instead(
     lw: FakeListerWatcher, run_reflector: Any
 ) -> None:
