@@ -339,11 +339,16 @@ def test_a_lost_claim_nobody_reserves_stays_lost_when_its_node_comes_back() -> N
     assert not result.found and result.status["phase"] == api.Phase.LOST and not result.status_changed
 
 
-def test_a_lost_claim_whose_pod_finished_is_not_found_again() -> None:
-    result = plan(a_claim(phase=api.Phase.LOST, reserved=("p1",)), {"p1": PodFacts("p1", "Succeeded", "node-a")},
+@pytest.mark.parametrize(("policy", "phase"), [(None, api.Phase.PENDING), ("Retain", api.Phase.LOST)])
+def test_a_lost_claim_whose_pod_finished_is_not_found_again(policy: str | None, phase: str) -> None:
+    """Its last user went: Release returns it to Pending (DESIGN: "when its
+    last user goes"), whatever became of its node; Retain keeps it."""
+    result = plan(a_claim(phase=api.Phase.LOST, reserved=("p1",), policy=policy),
+                  {"p1": PodFacts("p1", "Succeeded", "node-a")},
                   node=NodeFacts(exists=True, ready=True, room=True))
-    assert not result.found and result.status["phase"] == api.Phase.LOST
+    assert not result.found and result.status["phase"] == phase
     assert result.status["reservedFor"] == []
+    assert ("nodeName" in result.status) == (phase == api.Phase.LOST)
 
 
 # --- rejections -----------------------------------------------------------------------

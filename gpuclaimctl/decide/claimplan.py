@@ -158,9 +158,10 @@ def plan_claim(
         if pod_done(owner if isinstance(owner, PodFacts) else None, owner_uid):
             plan.delete = True
 
-    # 3. Reclaim: the last user went.
+    # 3. Reclaim: the last user went. A Lost claim too: Release returns it
+    #    to Pending whatever became of its node.
     phase = status.get("phase") or api.Phase.PENDING
-    if not keep and phase == api.Phase.BOUND:
+    if not keep and phase in (api.Phase.BOUND, api.Phase.LOST):
         if spec.get("reclaimPolicy", api.ReclaimPolicy.RELEASE) == api.ReclaimPolicy.RELEASE:
             status["phase"] = api.Phase.PENDING
             status.pop("nodeName", None)
