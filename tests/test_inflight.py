@@ -119,3 +119,15 @@ def test_a_claim_in_flight_cannot_get_a_second_placement(inflight: InFlightPlace
     inflight.observe("c1", "15")
     inflight.add("c1", P1, "node-b", GPU, 2, base="15")
     assert inflight.usage() == {GPU: {"node-b": 2}}
+
+
+def test_a_claim_the_informer_showed_deleted_gets_no_placement() -> None:
+    """A decision made from a cache read before the delete was applied: no
+    later version of the claim can ever end an entry for it, so it would
+    count its GPUs for good (I4). A deleted claim holds nothing."""
+    f = InFlightPlacements()
+    f.observe("c1", "10")
+    f.gone("c1")
+    f.add("c1", P1, "node-a", GPU, 2, base="10")
+    f.add_seen_elsewhere("c1", P1, "node-a", GPU, 2, "12")
+    assert f.usage() == {} and f.get("c1") is None

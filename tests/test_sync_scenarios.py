@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api
 from gpuclaimctl.sync.pods import REFUSAL_SETTLE, SCHEDULER_RETRY
@@ -244,6 +245,54 @@ def test_a_set_whose_node_went_invalid_moves_only_once_its_earlier_bind_is_seen(
     s.drain()
     s.check_quiet()
     assert s.bound_on("n0") <= 2 and not s.gated("p") and not s.gated("q")
+
+
+def test_a_claim_deleted_between_the_cache_read_and_the_decision_is_not_counted_for_good() -> None:
+    """The set's inline claim is being created when the user deletes the
+    user claim of the set and the informer shows it; the decision, made from
+    what the sync read before, records a placement for the dead claim. No
+    version of it will ever end that entry: it must count nothing (I4)."""
+    s = Story(nodes=(4,))
+    s.claim("u", 2)
+    s.pod("p", [{"name": "x", "claim": "u"}, {"name": "y", "className": "alpha", "count": 1}])
+    s.see_all()
+
+    def user_deletes() -> None:
+        s.fake.delete(CLAIMS, NS, "u")
+        s.see_all()
+
+    s.at_write("create_claim", user_deletes)
+    s.sync("pod:team/p")
+    s.pod("q", [{"name": "g", "className": "alpha", "count": 4}])
+    s.drain()
+    s.check_quiet()
+    assert not s.gated("q")
+
+
+def test_a_claim_deleted_while_a_waiting_pod_holds_it_lets_go_and_goes() -> None:
+    """a was bound for p, then b's bind failed (500): p waits. The user
+    deletes a: its finalizer stays while p reserves it, and p waits while a
+    is being deleted -- for good, unless the waiting pod lets go of it."""
+    s = Story(nodes=(4,))
+    s.claim("a", 1)
+    s.claim("b", 1)
+    s.pod("p", [{"name": "x", "claim": "a"}, {"name": "y", "claim": "b"}])
+    s.see_all()
+
+    def b_refused(m: str, _body: Obj) -> None:
+        if m == "update_claim_status" and s.bound_on("n0"):
+            s.fake.before_write = None
+            s.fake.inject("update_claim_status", ApiError(500, "boom"), landed=False)
+
+    s.fake.before_write = b_refused
+    s.sync("pod:team/p")
+    assert s.fake.before_write is None and s.gated("p") and s.bound_on("n0") == 1
+    s.fake.delete(CLAIMS, NS, "a")
+    s.drain()
+    assert s.fake.get(CLAIMS, NS, "a") is None, "the deleted claim stayed, reserved by the waiting pod"
+    assert s.gated("p")
+    assert [e.reason for e in s.fake.events][-1] == "ClaimMissing"
+    s.check_quiet()
 
 
 def test_a_bind_still_on_the_server_when_its_answer_was_lost_is_not_settled_free_by_a_read() -> None:

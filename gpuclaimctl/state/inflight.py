@@ -57,6 +57,11 @@ def may_still_land_for(lost_at: datetime, now: datetime) -> float:
     return max(0.0, LOST_WRITE_WINDOW - (now - lost_at).total_seconds())
 
 
+# Deleted claims remembered (their uids): far more than can be deleted
+# between a decision's read of the cache and its record.
+GONE_REMEMBERED = 10_000
+
+
 class WriteState(enum.Enum):
     SENDING = "sending"    # decided; the write is on the wire
     WRITTEN = "written"    # the API server answered with a new resourceVersion
@@ -112,6 +117,10 @@ class InFlightPlacements:
         self._entries: dict[str, InFlight] = {}
         # claim uid -> the newest resourceVersion the informer has shown.
         self._seen: dict[str, int] = {}
+        # Claims the informer showed deleted, newest last (a bounded memory):
+        # a decision made from a cache read before the delete was applied
+        # counts nothing for them, as no later version can ever end it.
+        self._gone: dict[str, None] = {}
 
     def add(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
             base: str | int, *, namespace: str = "", class_name: str = "") -> None:
@@ -121,6 +130,10 @@ class InFlightPlacements:
         end (sync.pods._place). Raises ValueError then, counting nothing new."""
         if claim_uid in self._entries:
             raise ValueError(f"claim {claim_uid} has a placement in flight already")
+        if claim_uid in self._gone:
+            # Deleted: it holds nothing, and the bind's precondition (uid or
+            # resourceVersion of the version read) makes it fail.
+            return
         b = base if isinstance(base, int) else parse_rv(base)
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, b,
                                             namespace=namespace, class_name=class_name)
@@ -130,6 +143,8 @@ class InFlightPlacements:
                            class_name: str = "") -> None:
         """A claim a live read shows Bound at `rv` that the informer has not
         shown yet (a new leader's catch-up): counted until it does."""
+        if claim_uid in self._gone:
+            return  # the informer has shown it deleted since the read
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, -1,
                                             WriteState.WRITTEN, parse_rv(rv),
                                             namespace=namespace, class_name=class_name)
@@ -192,6 +207,9 @@ class InFlightPlacements:
     def gone(self, claim_uid: str) -> bool:
         """The informer shows the claim deleted: it holds nothing any more."""
         self._seen.pop(claim_uid, None)
+        self._gone[claim_uid] = None
+        if len(self._gone) > GONE_REMEMBERED:
+            del self._gone[next(iter(self._gone))]
         return self._entries.pop(claim_uid, None) is not None
 
     def get(self, claim_uid: str) -> InFlight | None:

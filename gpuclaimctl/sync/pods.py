@@ -210,6 +210,11 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             ctx.memories.capacity_needs[key] = need
         else:
             ctx.memories.capacity_needs.pop(key, None)
+        if pinned is None and _let_go_of_deleted(ctx, pod, raw):
+            # Its status changed: the Waiting conditions are written by the
+            # sync its update brings (the delay is the backstop).
+            ctx.enqueue_after(POD + key, _UNSETTLED_RETRY)
+            return
         rejections = [r for s in states if isinstance(s, ClaimState) for r in s.rejected]
         _waiting(ctx, pod, decision, raw, rejections)
         return
@@ -251,6 +256,34 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     log.debug("released pod on node", extra={"pod": key, "node": decision.node})
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed",
                      f"GPU claims placed on node {decision.node}: {decision.message}")
+
+
+def _let_go_of_deleted(ctx: SyncContext, pod: Obj, raw: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Drop this waiting pod's reservations of claims being deleted; True
+    if it dropped any.
+
+    A deleted claim keeps its finalizer while something reserves it, and a
+    set waits while one of its claims is being deleted: a claim the set had
+    bound before the set failed to be released (a later bind refused, a
+    crash) would keep both waiting for good. The pod is gated and no release
+    of it may still land (the caller checks), so nothing runs with the
+    claim: its reservation goes, the claim's sync then lets the finalizer
+    go, and the set waits for the claim to be made again (a template's) or
+    named anew (ClaimMissing)."""
+    uid = pod["metadata"].get("uid", "")
+    dropped = False
+    for claim in raw.values():
+        if not claim["metadata"].get("deletionTimestamp"):
+            continue
+        body = podplan.unreserved_claim(claim, uid)
+        if body is None:
+            continue
+        ctx.writer.update_claim_status(body)
+        ctx.enqueue(CLAIM + keys.key_of(claim))
+        dropped = True
+        log.info("a claim being deleted lets go of the waiting pod that reserved it",
+                 extra={"pod": keys.key_of(pod), "claim": keys.key_of(claim)})
+    return dropped
 
 
 class _Landed(enum.Enum):
