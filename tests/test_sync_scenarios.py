@@ -14,7 +14,7 @@ from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api
 from gpuclaimctl.sync.pods import REFUSAL_SETTLE, SCHEDULER_RETRY
-from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, _Part, lost_answer
+from tests.sim.fakeapi import CLAIMS, CLASSES, NODES, PODS, TEMPLATES, _Part, lost_answer
 from tests.sim.harness import NS, RESOURCE, Sim
 
 Obj = dict[str, Any]
@@ -163,6 +163,27 @@ def test_a_pod_recreated_under_its_name_during_a_watch_gap_is_told_why_it_waits_
     s.ctl.informers[PODS].relist()  # update(old, new) with another uid
     s.sync("pod:team/p1")
     assert [e.reason for e in s.fake.events] == ["InvalidClaims", "InvalidClaims"]
+
+
+def test_a_template_the_api_server_will_not_make_a_claim_of_is_told_after_a_missing_one() -> None:
+    """Both are ClaimMissing: the pod was told the template did not exist,
+    and must be told again, and why, when it exists but its claim is
+    refused -- else its only event says something false for good."""
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "g", "template": "t-x"}])
+    s.see_all()
+    s.sync("pod:team/p")
+    assert [e.reason for e in s.fake.events] == ["ClaimMissing"]
+    assert "does not exist" in s.fake.events[-1].message
+    s.fake.create(TEMPLATES, {"metadata": {"name": "t-x", "namespace": NS},
+                              "spec": {"spec": {"className": "alpha", "count": 1}}})
+    s.see_all()
+    s.fake.inject("create_claim", ApiError(422, "Invalid", 'metadata.labels: Invalid value: "bad key!"'),
+                  landed=False)
+    s.sync("pod:team/p")
+    assert [e.reason for e in s.fake.events] == ["ClaimMissing", "ClaimMissing"]
+    assert "the API server refused to create GPUClaim" in s.fake.events[-1].message
+    assert 'Invalid value: "bad key!"' in s.fake.events[-1].message
 
 
 def test_an_in_flight_bind_counts_until_the_watch_shows_it_however_long_that_takes() -> None:

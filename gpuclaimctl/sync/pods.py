@@ -330,7 +330,8 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
                       else f"entry {entry.name!r}")
             _warn_waiting(ctx, pod, api.WaitReason.CLAIM_MISSING,
                   f"the API server refused to create GPUClaim {claim_name!r} from {source}: "
-                  f"{e.status} {e.reason}: {e.message}")
+                  f"{e.status} {e.reason}: {e.message}",
+                  told=f"{api.WaitReason.CLAIM_MISSING}: refused {e.status}")
         raise
     if ctx.metrics is not None:
         ctx.metrics.template_claims_created.inc()
@@ -436,14 +437,19 @@ def _next_rejection_end(rejections: Iterable[Rejection], now: datetime) -> float
 
 
 def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: str,
-                  counted: bool = False) -> None:
+                  counted: bool = False, told: str | None = None) -> None:
     """One Warning event each time the pod's waiting reason changes. An
     invalid annotation, which never gets as far as a decision, is counted
-    in gpuclaimctl_placements_total here (`counted`: already done)."""
+    in gpuclaimctl_placements_total here (`counted`: already done).
+    `told` (default: the reason) is what is remembered as said: a cause
+    under the same reason that needs telling apart (a template the API
+    server refuses to make a claim of, after one that did not exist) has
+    its own."""
     key = keys.key_of(pod)
-    if ctx.memories.last_warning.get(told_key(pod)) == str(reason):
+    said = str(reason) if told is None else told
+    if ctx.memories.last_warning.get(told_key(pod)) == said:
         return
-    ctx.memories.last_warning[told_key(pod)] = str(reason)
+    ctx.memories.last_warning[told_key(pod)] = said
     if reason is api.WaitReason.INVALID_CLAIMS and not counted and ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
