@@ -388,6 +388,17 @@ def test_the_pod_is_named_namespace_slash_name_or_with_n(arg: str, ns: str | Non
     assert why.target(arg, ns) == expect
 
 
+@pytest.mark.parametrize("arg", ["", "kube-system/?watch=true", "team/a b", "Team/p", "team/P",
+                                 "team/" + "p" * 254, "../x/p"])
+def test_a_name_the_api_server_could_not_hold_is_refused_before_any_request(arg: str) -> None:
+    """The names go into the request's path: an empty one read the pod
+    list as if it were a pod, and `?watch=true` never ended."""
+    result = CliRunner().invoke(cli.main, ["why", arg, "--kubeconfig", "/nonexistent"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "not a pod name" in result.output or "not a namespace name" in result.output \
+        or "expected NAMESPACE/POD" in result.output
+
+
 def test_a_namespace_given_twice_differently_is_refused_in_one_line() -> None:
     result = CliRunner().invoke(cli.main, ["why", "a/p", "-n", "b"])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "-n says b" in result.output

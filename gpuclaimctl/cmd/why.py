@@ -16,6 +16,8 @@ and the renderers are pure; `main` reads and prints.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -294,15 +296,25 @@ def _time(t: datetime | None) -> str | None:
 
 
 def target(text: str, namespace: str | None) -> tuple[str, str]:
-    """`NAMESPACE/POD`, or `POD` with -n (default: `default`)."""
+    """`NAMESPACE/POD`, or `POD` with -n (default: `default`). Both must be
+    names the API server could hold: they go into the request's path, where
+    an empty one would read a list and `?watch=true` would never end."""
     ns, sep, name = text.partition("/")
     if not sep:
-        return namespace or "default", text
-    if not ns or not name or "/" in name:
+        ns, name = namespace or "default", text
+    elif not ns or not name or "/" in name:
         raise click.UsageError(f"{text!r}: expected NAMESPACE/POD")
-    if namespace and namespace != ns:
+    elif namespace and namespace != ns:
         raise click.UsageError(f"{text!r} names namespace {ns}, but -n says {namespace}")
+    if not _DNS_LABEL.fullmatch(ns):
+        raise click.UsageError(f"{ns!r} is not a namespace name")
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise click.UsageError(f"{name!r} is not a pod name")
     return ns, name
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output: str,
