@@ -184,6 +184,16 @@ def test_a_template_the_api_server_will_not_make_a_claim_of_is_told_after_a_miss
     assert [e.reason for e in s.fake.events] == ["ClaimMissing", "ClaimMissing"]
     assert "the API server refused to create GPUClaim" in s.fake.events[-1].message
     assert 'Invalid value: "bad key!"' in s.fake.events[-1].message
+    # Woken again (GPUs freed elsewhere, say): the same body is not sent
+    # again to be refused again; a changed template makes another one.
+    sent: list[str] = []
+    s.fake.before_write = lambda m, _b: sent.append(m) if m == "create_claim" else None
+    s.sync("pod:team/p")
+    assert sent == [] and s.gated("p")
+    s.fake.patch(TEMPLATES, NS, "t-x", lambda o: o["spec"]["spec"].update(count=2))
+    s.see_all()
+    s.sync("pod:team/p")
+    assert sent == ["create_claim"] and not s.gated("p")
 
 
 def test_an_in_flight_bind_counts_until_the_watch_shows_it_however_long_that_takes() -> None:

@@ -23,6 +23,13 @@ SET_REJECTIONS_REMEMBERED = 10_000
 # free on a node: 3") is written at most this often: with a thousand pods
 # waiting, every freed GPU would otherwise cost a thousand status writes.
 WAITING_MESSAGE_REFRESH = 30.0
+# A claim create the API server refused as invalid (400, 422) is not sent
+# again with the same body for this long: a waiting pod is woken by every
+# GPU freed anywhere, and each wake re-sent a create bound to be refused
+# (about 230 in 2.5 minutes for one pod under churn). A change of the
+# template or the pod makes another body; a fix elsewhere (a webhook, the
+# CRD) is tried within this.
+REFUSED_CREATE_TTL = 60.0
 
 
 def told_key(pod: Mapping[str, Any]) -> str:
@@ -67,6 +74,10 @@ class Memories:
     # WAITING_MESSAGE_REFRESH seconds.
     waiting_written: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
         TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_MESSAGE_REFRESH)))
+    # Claim creates refused as invalid: body digest -> (status, reason,
+    # message) of the refusal (sync.pods._create).
+    refused_creates: LockedCache[str, tuple[int, str, str]] = field(default_factory=lambda: LockedCache(
+        TTLCache(maxsize=TOLD_REMEMBERED, ttl=REFUSED_CREATE_TTL)))
     # Pods (uid) whose release patch got no answer (it may have landed, or
     # land yet): the node it pinned the pod to and when the answer was lost.
     # Until the server has given up on it, the set must not move elsewhere.

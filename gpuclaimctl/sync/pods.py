@@ -43,10 +43,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
+
+import orjson
 
 from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound, surely_not_written
 from gpuclaimctl.decide import podplan
@@ -316,6 +319,12 @@ def _release_in_doubt(ctx: SyncContext, pod: Obj) -> tuple[str, float] | _Landed
 def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
     body, entry = r.body, r.entry
     ns, claim_name = body["metadata"]["namespace"], body["metadata"]["name"]
+    digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    refused = ctx.memories.refused_creates.get(digest)
+    if refused is not None:
+        # The same body was refused as invalid a moment ago (the pod was
+        # told): failing again without sending it (Memories.refused_creates).
+        raise ApiError(*refused)
     try:
         created: Mapping[str, Any] = ctx.writer.create_claim(body)
     except AlreadyExists:
@@ -323,6 +332,8 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
         # or by someone else: read it to know which.
         raise Conflict(f"claim {ns}/{claim_name} exists but is not in the cache yet")
     except ApiError as e:
+        if e.status in (400, 422):  # the body itself: a quota (403) may let it in later
+            ctx.memories.refused_creates[digest] = (e.status, e.reason, e.message)
         if e.status in _REFUSED_BY_USER_INPUT:
             # A quota, or a template the API server finds invalid: retrying
             # (with backoff) is right, but only the user can fix it, so say why.
