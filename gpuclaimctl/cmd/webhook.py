@@ -18,7 +18,6 @@ API server once (a SelfSubjectReview of this process's credentials).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Set
@@ -36,7 +35,7 @@ from gpuclaimctl.cmd.options import Options, parse_service_ref
 from gpuclaimctl.cmd.webhookserver import WebhookServer
 from gpuclaimctl.cmd.bindaddress import parse_bind_address
 from gpuclaimctl.logs import get_logger
-from gpuclaimctl.model import api
+from gpuclaimctl.model import api, keys
 from gpuclaimctl.webhook import configurations
 from gpuclaimctl.webhook.pods import mutate, validate
 from informers import (
@@ -62,7 +61,6 @@ WHOAMI_RETRY = 5.0
 DRAIN_SECONDS = 5.0
 # A live read of a namespace the cache does not show labelled yet.
 NAMESPACE_READ_TIMEOUT = 2.0
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class CacheView:
@@ -93,22 +91,14 @@ class CacheView:
         return all(i.has_synced() for i in self._informers)
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
-        ns = self._namespaces.get(namespace)
-        if ns is None:
-            return None
-        labels = (ns.get("metadata") or {}).get("labels") or {}
-        return labels if isinstance(labels, Mapping) else {}
+        return _labels(self._namespaces.get(namespace))
 
     def fresh_namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
         if self._read_namespace is None:
             raise RuntimeError("no live read of namespaces")
-        if not _DNS_LABEL.fullmatch(namespace):
+        if not keys.is_dns_label(namespace):
             return None  # not a namespace the API server could have sent
-        ns = self._read_namespace(namespace)
-        if ns is None:
-            return None
-        labels = (ns.get("metadata") or {}).get("labels") or {}
-        return labels if isinstance(labels, Mapping) else {}
+        return _labels(self._read_namespace(namespace))
 
     def has_budget(self, namespace: str) -> bool:
         return bool(self._budgets.list(namespace))
@@ -128,6 +118,14 @@ class CacheView:
 
     def claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self._claims.get(namespace, name)
+
+
+def _labels(ns: Mapping[str, Any] | None) -> Mapping[str, str] | None:
+    """A namespace's labels; None for no namespace."""
+    if ns is None:
+        return None
+    labels = (ns.get("metadata") or {}).get("labels") or {}
+    return labels if isinstance(labels, Mapping) else {}
 
 
 def secret_name(service: str) -> str:

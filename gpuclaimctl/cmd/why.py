@@ -16,8 +16,6 @@ and the renderers are pure; `main` reads and prints.
 
 from __future__ import annotations
 
-import re
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,6 +32,7 @@ from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
 from gpuclaimctl.cmd.statusview import BudgetRow, StatusError, human_duration, table
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
+from gpuclaimctl.model import keys
 from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import format_time, parse_time
@@ -306,15 +305,11 @@ def target(text: str, namespace: str | None) -> tuple[str, str]:
         raise click.UsageError(f"{text!r}: expected NAMESPACE/POD")
     elif namespace and namespace != ns:
         raise click.UsageError(f"{text!r} names namespace {ns}, but -n says {namespace}")
-    if not _DNS_LABEL.fullmatch(ns):
+    if not keys.is_dns_label(ns):
         raise click.UsageError(f"{ns!r} is not a namespace name")
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+    if not keys.is_dns_subdomain(name):
         raise click.UsageError(f"{name!r} is not a pod name")
     return ns, name
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output: str,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,6 +30,7 @@ from gpuclaimctl.model.api import (
     TEMPLATE_CLAIM_LABEL,
     TEMPLATE_CLAIM_LABEL_VALUE,
 )
+from gpuclaimctl.model import keys
 from gpuclaimctl.model.owners import controller_pod
 
 # Bounds the work a malformed pod can cause; far above any node's GPU set.
@@ -44,8 +44,6 @@ MAX_CLAIM_NAME = 63
 # NameTaken rather than two pods sharing a claim.
 _HASH_LEN = 10
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 _FIELDS = ("name", "claim", "template", "className", "count")
 
@@ -354,7 +352,7 @@ def _entry(index: int, item: Any, problems: list[str]) -> ClaimEntry | None:
 
     if name is None:
         problems.append(f"{where} has no name")
-    elif not isinstance(name, str) or not _is_dns_label(name):
+    elif not isinstance(name, str) or not keys.is_dns_label(name):
         problems.append(
             f"{where}: name {name!r} is not a DNS label "
             f"(lowercase letters, digits and '-', starting and ending alphanumeric, at most 63)"
@@ -365,7 +363,7 @@ def _entry(index: int, item: Any, problems: list[str]) -> ClaimEntry | None:
     class_name = item.get("className")
     count = item.get("count")
     for field, value in (("claim", claim), ("template", template), ("className", class_name)):
-        if value is not None and (not isinstance(value, str) or not _is_dns_subdomain(value)):
+        if value is not None and (not isinstance(value, str) or not keys.is_dns_subdomain(value)):
             problems.append(f"{where}: {field} {value!r} is not a valid object name")
 
     sources = [f for f, v in (("claim", claim), ("template", template), ("className", class_name)) if v is not None]
@@ -403,12 +401,6 @@ def _entry(index: int, item: Any, problems: list[str]) -> ClaimEntry | None:
     )
 
 
-def _is_dns_label(value: str) -> bool:
-    return len(value) <= 63 and _DNS_LABEL.fullmatch(value) is not None
-
-
-def _is_dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
 
 
 def has_gate(pod: Mapping[str, Any]) -> bool:
