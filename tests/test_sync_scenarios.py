@@ -772,6 +772,38 @@ def test_a_release_syncs_none_of_the_claims_it_bound() -> None:
     assert not any(k.startswith("claim:") for k in s.ctl.queue.ready), s.ctl.queue.ready
 
 
+def test_a_placements_claim_events_sync_only_the_pods_that_have_something_to_do() -> None:
+    """Issue 12: the create and the bind of a placed pod's claim come back
+    after its release; syncing the pod for them (2.5 pod syncs a pod) did
+    nothing. A refused pod still is: its set may have become whole."""
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "g", "className": "alpha", "count": 2}], owned=False)
+    s.see_all()
+    # kube-scheduler's SchedulingGated condition, written before the release
+    # and seen after it.
+    s.fake.patch(PODS, NS, "p", lambda p: p.setdefault("status", {}).__setitem__("conditions", [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]))
+    s.sync("pod:team/p")
+    assert not s.gated("p")
+    s.ctl.queue.ready.clear()
+    s.ctl.informers[CLAIMS].deliver(10_000)  # before the release is seen: still gated here
+    s.ctl.informers[PODS].deliver(1)  # the condition, still gated
+    assert s.ctl.informers[PODS].store.get_by_key("team/p")["spec"].get("schedulingGates")
+    assert "pod:team/p" not in s.ctl.queue.ready, s.ctl.queue.ready
+    s.ctl.informers[PODS].deliver(10_000)
+    s.ctl.queue.ready.clear()
+    reject = [{"nodeName": "elsewhere", "until": "2099-01-01T00:00:00Z"}]
+    s.fake.patch(CLAIMS, NS, "p-g", lambda c: c["status"].__setitem__("rejectedNodes", reject))
+    s.ctl.informers[CLAIMS].deliver(10_000)  # a placement field changed; the pod is released
+    assert "pod:team/p" not in s.ctl.queue.ready, s.ctl.queue.ready
+    s.fake.mark_unschedulable(NS, "p", "0/1 nodes are available")
+    s.ctl.informers[PODS].deliver(10_000)
+    s.ctl.queue.ready.clear()
+    s.fake.patch(CLAIMS, NS, "p-g", lambda c: c["status"].__setitem__("rejectedNodes", reject * 2))
+    s.ctl.informers[CLAIMS].deliver(10_000)
+    assert "pod:team/p" in s.ctl.queue.ready, s.ctl.queue.ready
+
+
 def test_a_waiting_pod_synced_again_with_nothing_changed_costs_no_write() -> None:
     s = Story(nodes=(4,))
     _fill_and_wait(s, {"second": 4})

@@ -114,7 +114,7 @@ class Handlers:
 
     def pod_added(self, pod: Obj) -> None:
         self.woke_by(lambda: self.view.apply_pod(None, pod))
-        if _pod_sync_due(pod):
+        if self._sync_would_act(pod):
             self.queue.add(POD + keys.key_of(pod))
 
     def pod_updated(self, old: Obj, new: Obj) -> None:
@@ -128,7 +128,7 @@ class Handlers:
             # Deleted and recreated under the name while the watch was away.
             self.ctx.memories.deleted_pods[old["metadata"].get("uid", "")] = True
             self._enqueue_claims_of_pod(old)
-        if _pod_sync_due(new):
+        if self._sync_would_act(new):
             self.queue.add(POD + keys.key_of(new))
         old_phase, new_phase = (old.get("status") or {}).get("phase"), (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in ("Succeeded", "Failed"):
@@ -216,8 +216,22 @@ class Handlers:
             self.queue.add_after(key, CLAIM_SETTLE_DELAY)
 
     def _enqueue_pods_of_claim(self, claim: Obj) -> None:
+        """The pods naming the claim that the pod sync would act on. The
+        others (released by us, bound, deleted: most of them, as a claim's
+        create and bind come back after its pod's release) would be synced
+        for nothing; any change that makes one due comes as its own pod
+        event (pod_updated), read from the cache the sync reads."""
         for p in self.ctx.pods.by_index(indexes.PODS_BY_CLAIM, keys.key_of(claim)):
-            self.queue.add(POD + keys.key_of(p))
+            if self._sync_would_act(p):
+                self.queue.add(POD + keys.key_of(p))
+
+    def _sync_would_act(self, pod: Obj) -> bool:
+        """_pod_sync_due, and not a pod this process released that the cache
+        still shows gated (sync_pod returns at once for one), nor one being
+        deleted."""
+        meta = pod["metadata"]
+        return not meta.get("deletionTimestamp") and _pod_sync_due(pod) and \
+            not (meta.get("uid") in self.ctx.memories.released and has_gate(pod))
 
     # -- nodes and classes ----------------------------------------------------------------
 
