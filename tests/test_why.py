@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from gpuclaimctl.client import kube
 from gpuclaimctl.cmd import cli, why
 from gpuclaimctl.controlplane import ControlPlane
 from gpuclaimctl.decide.explain import Verdict, explain
@@ -334,6 +335,36 @@ def test_why_a_waiting_pod_shows_its_set_what_the_controller_said_the_decision_a
     assert [c["exists"] for c in doc["claims"]] == [True, False]
 
 
+def test_why_a_pod_whose_claim_the_api_server_refuses_says_so_not_that_the_controller_makes_it() -> None:
+    """A refused claim has no status to carry a condition: the pod's own
+    Warning event is where the controller said it, and why reads it."""
+    from gpuclaimctl.decide.podplan import refused_create_message
+    objects = ClusterObjects(nodes=[api_node("a0", 8, {"p": "a100"})], classes=[CLASS])
+    p = api_pod("trainer", [{"name": "gpu", "className": "a100", "count": 1}])
+    said = refused_create_message("trainer-gpu", "entry 'gpu'", 422, "Invalid",
+                                  "spec.count: Invalid value: 1: over the limit")
+    events = [
+        {"type": "Warning", "reason": "Capacity", "message": "older", "source": {"component": "gpuclaimctl"},
+         "lastTimestamp": "2025-06-01T11:52:00Z"},
+        {"type": "Warning", "reason": "ClaimMissing", "message": said, "reportingComponent": "gpuclaimctl",
+         "source": {"component": "gpuclaimctl"}, "lastTimestamp": "2025-06-01T11:58:00Z"},
+        {"type": "Warning", "reason": "FailedScheduling", "message": "not ours",
+         "source": {"component": "default-scheduler"}, "lastTimestamp": "2025-06-01T11:59:00Z"}]
+    report = why.build(p, objects, NOW, events=events)
+    text = why.render_text(report)
+    assert "not created: the API server refused it (see the warning)" in text
+    assert "not created yet: the controller creates it" not in text
+    assert f"Its latest warning event (2025-06-01T11:58:00Z (2m ago)): ClaimMissing: {said}" in text
+    assert "as if GPUClaim trainer-gpu could be created" in text
+    doc = json.loads(why.render_json(report))
+    assert doc["refused"] == ["trainer-gpu"]
+    assert doc["lastWarning"] == {"reason": "ClaimMissing", "message": said, "time": "2025-06-01T11:58:00Z"}
+
+    quiet = why.build(p, objects, NOW, events=events[2:])  # only kube-scheduler's
+    assert quiet.warned is None and why.refused(quiet) == []
+    assert "not created yet: the controller creates it" in why.render_text(quiet)
+
+
 def test_why_a_released_pod_says_where_it_went_and_when() -> None:
     p = api_pod("trainer", [{"name": "gpu", "className": "a100", "count": 1}], gated=False,
                 annotations={PLACED_NODE_ANNOTATION: "a0"},
@@ -465,6 +496,20 @@ def test_why_on_the_real_plane_explains_a_waiting_pod_then_where_the_released_on
         doc = json.loads(CliRunner().invoke(cli.main, ["why", f"{namespace}/huge", "--kubeconfig", kubeconfig,
                                                        "-o", "json"]).output)
         assert {n["node"]: n["free"] for n in doc["nodes"]}[big] == {GPU: 2}
+
+        # A claim the API server refuses to create (a quota full with the
+        # two above): why tells it from the pod's Warning event.
+        kube.request(api_client, "POST", f"/api/v1/namespaces/{namespace}/resourcequotas", body={
+            "metadata": {"name": "claims"}, "spec": {"hard": {"count/gpuclaims.gpuclaimctl.io": "2"}}})
+        cluster.pod("capped", [{"name": "g", "className": cls, "count": 1}])
+        wait_for(lambda: cluster.events("ClaimMissing"), timeout=30,
+                 message=lambda: f"a ClaimMissing warning: {cluster.describe_pod('capped')}")
+        doc = json.loads(CliRunner().invoke(cli.main, ["why", f"{namespace}/capped", "--kubeconfig", kubeconfig,
+                                                       "-o", "json"]).output)
+        assert doc["refused"] == ["capped-g"], doc
+        assert doc["lastWarning"]["reason"] == "ClaimMissing"
+        assert "refused to create GPUClaim 'capped-g'" in doc["lastWarning"]["message"]
+        assert "403 Forbidden" in doc["lastWarning"]["message"]
     finally:
         cluster.cleanup()
 

@@ -68,6 +68,8 @@ REQUEST_TIMEOUT = 10.0
 MESSAGE_LIMIT = 1024
 # client-go's util.ValidateEventType.
 EVENT_TYPES = frozenset({"Normal", "Warning"})
+# The events' source and reportingComponent (gpuclaimctl why finds its own by it).
+COMPONENT = "gpuclaimctl"
 
 
 
@@ -135,7 +137,7 @@ class EventRecorder:
     """
 
     def __init__(self, api_client: client.ApiClient, *, fence: WriteFence | None = None,
-                 component: str = "gpuclaimctl", instance: str | None = None,
+                 component: str = COMPONENT, instance: str | None = None,
                  qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST,
                  queue_size: int = QUEUE_SIZE, clock: Clock | None = None,
                  metrics: EventCounter | None = None,

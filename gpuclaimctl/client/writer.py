@@ -34,7 +34,7 @@ from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.client.errors import AlreadyExists as AlreadyExists
 from gpuclaimctl.client.errors import Conflict as Conflict
 from gpuclaimctl.client.errors import NotFound as NotFound
-from gpuclaimctl.client.events import EventRecorder, make_event
+from gpuclaimctl.client.events import COMPONENT, EventRecorder, make_event
 from gpuclaimctl.client.fence import WriteFence
 from gpuclaimctl.model import api
 
@@ -46,7 +46,7 @@ Obj = dict[str, Any]
 class Writer:
     """Thin seam over the official client for the controller's writes."""
 
-    def __init__(self, api_client: client.ApiClient, component: str = "gpuclaimctl",
+    def __init__(self, api_client: client.ApiClient, component: str = COMPONENT,
                  *, fence: WriteFence | None = None,
                  limiter: kube.TokenBucket | None = None,
                  recorder: EventRecorder | None = None) -> None:

@@ -52,15 +52,17 @@ def node_lines(explanation: Explanation) -> list[str]:
     return table(("NODE", "VERDICT", "FREE", "NEED", "WHY"), rows)
 
 
-def claim_rows(states: Sequence[ClaimState | UnresolvedClaim],
-               exists: Mapping[str, bool]) -> list[tuple[object, ...]]:
-    """(NAME, CLASS, COUNT, PHASE, NODE, NOTE) for the set's claims."""
+def claim_rows(states: Sequence[ClaimState | UnresolvedClaim], exists: Mapping[str, bool],
+               notes: Mapping[str, str] | None = None) -> list[tuple[object, ...]]:
+    """(NAME, CLASS, COUNT, PHASE, NODE, NOTE) for the set's claims; `notes`
+    say more of a claim not created yet (why says which were refused)."""
     rows: list[tuple[object, ...]] = []
     for s in states:
         if isinstance(s, UnresolvedClaim):
             rows.append((s.name, "-", "-", "-", "-", f"{s.reason}: {s.message}"))
             continue
-        note = "" if exists.get(s.name, True) else "not created yet: the controller creates it"
+        note = "" if exists.get(s.name, True) else \
+            (notes or {}).get(s.name, "not created yet: the controller creates it")
         rows.append((s.name, s.class_name, s.count, s.phase, s.node_name or "-", note or "-"))
     return rows
 

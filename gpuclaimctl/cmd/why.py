@@ -28,6 +28,7 @@ from kubernetes import client
 
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError, NotFound
+from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
 from gpuclaimctl.cmd.statusview import BudgetRow, StatusError, human_duration, table
 from gpuclaimctl.decide import podplan
@@ -57,6 +58,17 @@ class Said:
 
 
 @dataclass(frozen=True)
+class Warned:
+    """The latest Warning event gpuclaimctl posted about the pod: a cause
+    no claim's condition can carry (a claim the API server refused to
+    create has no status to write it on)."""
+
+    reason: str
+    message: str
+    at: datetime | None
+
+
+@dataclass(frozen=True)
 class Release:
     node: str
     released_at: datetime | None
@@ -76,6 +88,7 @@ class Report:
     read_at: datetime
     outcome: Outcome | None = None  # WAITING
     said: Said | None = None  # WAITING
+    warned: Warned | None = None  # WAITING
     budgets: tuple[BudgetRow, ...] = ()
     release: Release | None = None  # RELEASED
     claims: tuple[tuple[str, Obj | None], ...] = ()  # RELEASED: (name, claim)
@@ -105,7 +118,8 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
             [b for b in objects.budgets if (b.get("metadata") or {}).get("namespace") == ns],
             objects.claims, waiting))
         return Report(ns, name, created, State.WAITING, now, outcome=outcome,
-                      said=_said(pod, claims_by_name), budgets=budgets, warnings=notes)
+                      said=_said(pod, claims_by_name), warned=_last_warning(events), budgets=budgets,
+                      warnings=notes)
     node = annotations.get(PLACED_NODE_ANNOTATION)
     if not node:
         detail = (f"it names GPU claims but carries no {SCHEDULING_GATE} scheduling gate, so gpuclaimctl "
@@ -135,6 +149,25 @@ def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj]) -> Said | None:
             return Said(entry.claim_name(str(meta.get("name"))), str(cond.get("reason") or ""),
                         str(cond.get("message") or ""), parse_time(cond.get("lastTransitionTime")))
     return None
+
+
+def _last_warning(events: Sequence[Obj]) -> Warned | None:
+    """The latest of the pod's Warning events that gpuclaimctl posted."""
+    ours = [e for e in events if e.get("type") == "Warning" and COMPONENT in (
+        e.get("reportingComponent"), (e.get("source") or {}).get("component"))]
+    if not ours:
+        return None
+    last = max(ours, key=lambda e: str(_event_time(e) or ""))
+    return Warned(str(last.get("reason") or ""), str(last.get("message") or ""), _event_time(last))
+
+
+def refused(r: Report) -> list[str]:
+    """The set's claims not created because the API server refused them,
+    as the latest warning says (the decision shown assumes they exist)."""
+    if r.outcome is None or r.warned is None:
+        return []
+    exists = _exists(r.outcome)
+    return [n for n, made in exists.items() if not made and podplan.refused_create_of(r.warned.message, n)]
 
 
 def released_at(pod: Obj) -> datetime | None:
@@ -224,15 +257,23 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     if out.invalid:
         return lines + [f"InvalidClaims: {out.invalid}"]
     exists = _exists(out)
-    lines += ["", *table(decisionview.CLAIM_HEADERS, decisionview.claim_rows(out.claims, exists)), ""]
+    not_made = refused(r)
+    rows = decisionview.claim_rows(out.claims, exists, {n: REFUSED_NOTE for n in not_made})
+    lines += ["", *table(decisionview.CLAIM_HEADERS, rows), ""]
     if r.said is not None:
         since = f" (since {_when(r.said.since, r.read_at)})" if r.said.since else ""
         lines.append(f"The controller says{since}: {r.said.reason}: {r.said.message}")
     else:
         lines.append("The controller says: nothing yet (no Waiting condition on the claims: not processed, "
                      "or being placed)")
+    if r.warned is not None:
+        lines.append(f"Its latest warning event ({_when(r.warned.at, r.read_at)}): "
+                     f"{r.warned.reason}: {r.warned.message}")
     assert out.explanation is not None
     lines.append(f"Decided now: {decisionview.decision_line(out.explanation.decision)}")
+    if not_made:
+        lines.append(f"  as if GPUClaim {', '.join(not_made)} could be created: until the API server "
+                     "accepts it, the pod waits whatever the decision")
     if r.budgets:
         lines += ["", f"GPU budgets of {r.namespace} (HELD: GPUs its claims hold now):",
                   *table(("BUDGET", "CLASS", "LIMIT", "HELD"),
@@ -241,6 +282,9 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     lines += ["", "Nodes (FREE: GPUs free now; NEED: GPUs the set needs there):",
               *decisionview.node_lines(out.explanation), "", decisionview.NOT_SEEN_NOTE]
     return lines
+
+
+REFUSED_NOTE = "not created: the API server refused it (see the warning)"
 
 
 def _exists(out: Outcome) -> dict[str, bool]:
@@ -278,6 +322,9 @@ def render_json(r: Report) -> str:
             doc["controller"] = None if r.said is None else {
                 "claim": r.said.claim, "reason": r.said.reason, "message": r.said.message,
                 "since": _time(r.said.since)}
+            doc["lastWarning"] = None if r.warned is None else {
+                "reason": r.warned.reason, "message": r.warned.message, "time": _time(r.warned.at)}
+            doc["refused"] = refused(r)
             doc["decision"] = decisionview.decision_json(out.explanation.decision)
             doc["budgets"] = [{"budget": b.budget, "className": b.class_name, "limit": b.limit,
                                "held": b.held} for b in r.budgets]

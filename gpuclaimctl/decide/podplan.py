@@ -135,6 +135,21 @@ def _template_claim(claim: Mapping[str, Any], name: str, entry: ClaimEntry, pod_
 # -- write bodies -----------------------------------------------------------------------
 
 
+def refused_create_message(claim_name: str, source: str, status: int, reason: str, message: str) -> str:
+    """The Warning a pod is told when the API server refuses to create one
+    of its claims (`source`: the template or entry it comes from);
+    `refused_create_of` reads it back (gpuclaimctl why)."""
+    return f"{_REFUSED_CREATE}{claim_name!r} from {source}: {status} {reason}: {message}"
+
+
+def refused_create_of(message: str, claim_name: str) -> bool:
+    """Whether `message` is the Warning of a refused create of `claim_name`."""
+    return message.startswith(f"{_REFUSED_CREATE}{claim_name!r} from ")
+
+
+_REFUSED_CREATE = "the API server refused to create GPUClaim "
+
+
 def pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
     meta = pod["metadata"]
     return {"name": meta["name"], "uid": meta["uid"]}

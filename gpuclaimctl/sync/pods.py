@@ -340,9 +340,8 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
             source = (f"GPUClaimTemplate {entry.template!r}" if entry.source is EntrySource.TEMPLATE
                       else f"entry {entry.name!r}")
             _warn_waiting(ctx, pod, api.WaitReason.CLAIM_MISSING,
-                  f"the API server refused to create GPUClaim {claim_name!r} from {source}: "
-                  f"{e.status} {e.reason}: {e.message}",
-                  told=f"{api.WaitReason.CLAIM_MISSING}: refused {e.status}")
+                          podplan.refused_create_message(claim_name, source, e.status, e.reason, e.message),
+                          told=f"{api.WaitReason.CLAIM_MISSING}: refused {e.status}")
         raise
     if ctx.metrics is not None:
         ctx.metrics.template_claims_created.inc()
