@@ -28,10 +28,10 @@ from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import ClusterView
-from gpuclaimctl.sync.claims import sync_claim
+from gpuclaimctl.sync.claims import AUDIT_PERIOD, audit_inflight, sync_claim
 from gpuclaimctl.sync.classes import sync_class
 from gpuclaimctl.sync.budgets import sync_budget
-from gpuclaimctl.sync.context import BUDGET, CLAIM, CLASS, POD, Settings, SyncContext
+from gpuclaimctl.sync.context import AUDIT_INFLIGHT, BUDGET, CLAIM, CLASS, POD, Settings, SyncContext
 from gpuclaimctl.sync.handlers import Handlers
 from gpuclaimctl.sync.pods import sync_pod
 from informers import (
@@ -139,6 +139,7 @@ class Controller:
         """Start `workers` threads; once `stop` is set, give in-flight syncs
         `shutdown_timeout`. True if every worker finished, False if one is
         still in a sync (perhaps in a write already on the wire)."""
+        self.queue.add_after(AUDIT_INFLIGHT, AUDIT_PERIOD)  # and every AUDIT_PERIOD after
         for i in range(workers):
             t = threading.Thread(target=self._run_worker, name=f"worker-{i}", daemon=True)
             t.start()
@@ -356,6 +357,8 @@ def dispatch(ctx: SyncContext, key: str) -> None:
         sync_class(ctx, key[len(CLASS):])
     elif key.startswith(BUDGET):
         sync_budget(ctx, key[len(BUDGET):])
+    elif key == AUDIT_INFLIGHT:
+        audit_inflight(ctx)
     else:
         log.error("dropping unknown key %r", key)
 

@@ -300,6 +300,43 @@ def test_a_claim_deleted_between_the_cache_read_and_the_decision_is_not_counted_
     assert not s.gated("q")
 
 
+def test_a_claim_counted_at_takeover_and_deleted_unseen_is_freed_by_the_audit() -> None:
+    """A new leader counts a claim its cache does not show yet (catch-up).
+    If the claim goes (its finalizer taken off by hand) while a relist
+    skips both its events, nothing else would end the entry: its GPUs stay
+    counted. The in-flight audit reads it live and frees them; a claim
+    still there keeps its entry."""
+    from gpuclaimctl.sync.claims import AUDIT_MIN_AGE
+    from gpuclaimctl.sync.context import AUDIT_INFLIGHT
+    from tests.sim.harness import Controller
+
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "g", "className": "alpha", "count": 2}], owned=False)
+    s.see_all()
+    s.sync("pod:team/p")
+    assert s.bound_on("n0") == 2
+    new = Controller(s)  # a standby whose claim watch lags: it has not seen the bind
+    for kind, inf in new.informers.items():
+        if kind != CLAIMS:
+            inf.deliver(10_000)
+    assert new.view.catch_up(s.fake.list_claims(), new.ctx.claims.get) == 1
+    s.ctl = new
+
+    def counted() -> int:
+        return s.ctl.view.used().get(RESOURCE, {}).get("n0", 0)
+
+    s.t += AUDIT_MIN_AGE + 1.0
+    s.sync(AUDIT_INFLIGHT)
+    assert counted() == 2  # still there: counted until the informer shows it
+    s.fake.patch(CLAIMS, NS, "p-g", lambda c: c["metadata"].__setitem__("finalizers", []))
+    s.fake.delete(CLAIMS, NS, "p-g")
+    s.ctl.informers[CLAIMS].relist()  # the watch was away: neither event comes
+    assert counted() == 2 and len(s.ctl.view.inflight) == 1
+    s.sync(AUDIT_INFLIGHT)
+    assert counted() == 0 and len(s.ctl.view.inflight) == 0
+    assert AUDIT_INFLIGHT in s.ctl.queue.delayed  # and again later
+
+
 def test_a_claim_deleted_while_a_waiting_pod_holds_it_lets_go_and_goes() -> None:
     """a was bound for p, then b's bind failed (500): p waits. The user
     deletes a: its finalizer stays while p reserves it, and p waits while a

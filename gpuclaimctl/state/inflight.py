@@ -86,6 +86,11 @@ class InFlight:
     # With SETTLING: when the answer was lost (None: refused, nothing was
     # written). A live read settles it only LOST_WRITE_WINDOW after this.
     lost_at: datetime | None = None
+    # The claim's name, and when the entry began: an entry for a claim the
+    # informer has never shown is checked by a live read once it is old
+    # (sync.claims.audit_inflight).
+    name: str = ""
+    added_at: datetime | None = None
 
     def settle_after(self, now: datetime) -> float:
         """Seconds until a live read may tell whether this write landed."""
@@ -123,7 +128,8 @@ class InFlightPlacements:
         self._gone: dict[str, None] = {}
 
     def add(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
-            base: str | int, *, namespace: str = "", class_name: str = "") -> None:
+            base: str | int, *, namespace: str = "", class_name: str = "", name: str = "",
+            added_at: datetime | None = None) -> None:
         """Count the GPUs from now on. A claim with an entry already may
         not get another: the first may be bound on the server yet, and
         replacing it would uncount its GPUs (I1); a move waits for it to
@@ -136,18 +142,21 @@ class InFlightPlacements:
             return
         b = base if isinstance(base, int) else parse_rv(base)
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, b,
-                                            namespace=namespace, class_name=class_name)
+                                            namespace=namespace, class_name=class_name,
+                                            name=name, added_at=added_at)
 
     def add_seen_elsewhere(self, claim_uid: str, pod: PodRef, node: str, resource: str,
                            count: int, rv: str, *, namespace: str = "",
-                           class_name: str = "") -> None:
+                           class_name: str = "", name: str = "",
+                           added_at: datetime | None = None) -> None:
         """A claim a live read shows Bound at `rv` that the informer has not
         shown yet (a new leader's catch-up): counted until it does."""
         if claim_uid in self._gone:
             return  # the informer has shown it deleted since the read
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, -1,
                                             WriteState.WRITTEN, parse_rv(rv),
-                                            namespace=namespace, class_name=class_name)
+                                            namespace=namespace, class_name=class_name,
+                                            name=name, added_at=added_at)
         self._end_if_seen(claim_uid)
 
     def written(self, claim_uid: str, rv: str) -> None:

@@ -258,7 +258,7 @@ class ClusterView:
         with self.lock:
             return self._ending(claim_uid, lambda: self.inflight.settled(claim_uid, live_rv))
 
-    def _ending(self, claim_uid: str, change: Callable[[], None]) -> Change:
+    def _ending(self, claim_uid: str, change: Callable[[], object]) -> Change:
         """Apply `change` to the claim's entry; where GPUs it counted are
         no longer counted, say so (the pods waiting for them wake)."""
         before = self._held_pairs(claim_uid)
@@ -269,6 +269,22 @@ class ClusterView:
     def unresolved(self) -> list[InFlight]:
         with self.lock:
             return self.inflight.unresolved()
+
+    def unseen(self, added_before: datetime, cached_uid: Callable[[str, str], str | None]) -> list[InFlight]:
+        """Entries begun before `added_before` whose claim the cache does not
+        hold (by namespace and name, at that uid): a claim created and
+        deleted while a relist skipped both has no event left to end its
+        entry (sync.claims.audit_inflight)."""
+        with self.lock:
+            entries = [e for e in self.inflight if e.name and e.added_at is not None
+                       and e.added_at <= added_before]
+        return [e for e in entries if cached_uid(e.namespace, e.name) != e.claim_uid]
+
+    def claim_gone(self, claim_uid: str) -> Change:
+        """A live read shows the claim deleted (404, or another uid under its
+        name): it holds nothing, as after the informer's delete."""
+        with self.lock:
+            return self._ending(claim_uid, lambda: self.inflight.gone(claim_uid))
 
     # -- taking over --------------------------------------------------------------------------
 
@@ -293,7 +309,8 @@ class ClusterView:
                 self.inflight.add_seen_elsewhere(
                     meta.get("uid", ""), pod, node, resource, count, meta.get("resourceVersion", ""),
                     namespace=meta.get("namespace", ""),
-                    class_name=str((claim.get("spec") or {}).get("className") or ""))
+                    class_name=str((claim.get("spec") or {}).get("className") or ""),
+                    name=meta.get("name", ""), added_at=self._now())
                 added += 1
         return added
 
@@ -380,8 +397,9 @@ class Decider:
         return self._view.budget_use(namespace)
 
     def record(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
-               base: str, *, namespace: str = "", class_name: str = "") -> None:
+               base: str, *, namespace: str = "", class_name: str = "", name: str = "") -> None:
         """Count a placement just decided, until its write is seen back
         (against the node's GPUs, and the budgets of `namespace`)."""
         self._view.inflight.add(claim_uid, pod, node, resource, count, base,
-                                namespace=namespace, class_name=class_name)
+                                namespace=namespace, class_name=class_name, name=name,
+                                added_at=self._view._now())

@@ -10,7 +10,10 @@ simply not have seen it yet.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from gpuclaimctl.client.errors import NotFound
@@ -20,7 +23,7 @@ from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready
 from gpuclaimctl.state import indexes
 from gpuclaimctl.model.podclaims import has_gate, template_owner_name, template_owner_uid
-from gpuclaimctl.sync.context import CLAIM, SyncContext
+from gpuclaimctl.sync.context import AUDIT_INFLIGHT, CLAIM, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.claims")
 Obj = dict[str, Any]
@@ -121,6 +124,49 @@ def _settle_inflight(ctx: SyncContext, claim: Obj) -> None:
         return  # gone: the informer's delete ends the entry
     rv = live["metadata"].get("resourceVersion", "")
     ctx.wake(lambda: ctx.view.settled(uid, rv))
+
+
+# How often in-flight entries are audited, and how old an entry whose claim
+# the cache does not hold must be to cost a live read: the informer shows a
+# claim in well under a second, and only a relist that skipped both its
+# create and its delete leaves an entry with no event to end it.
+AUDIT_PERIOD = 60.0
+AUDIT_MIN_AGE = 30.0
+
+
+def audit_inflight(ctx: SyncContext) -> None:
+    """End the in-flight entries of claims that are gone while the informer
+    never showed them, then come back in AUDIT_PERIOD.
+
+    A new leader counts the claims a consistent list shows bound before its
+    cache does (Controller.catch_up), and a pod sync counts the template
+    claim it just made; both entries end when the informer shows the claim,
+    or its delete. A claim created and deleted while the watch was away is
+    in neither the cache nor the relist, and nothing would end its entry:
+    its GPUs would stay counted, stranded, until the process restarts. A
+    live read by name is the evidence: not found, or another uid under the
+    name, is the informer's delete (that uid can never come back; a claim
+    is deleted only once nothing reserves it). A claim still there keeps its
+    entry, as the informer will show it."""
+    try:
+        old = ctx.view.unseen(ctx.now() - timedelta(seconds=AUDIT_MIN_AGE), _cached_uid(ctx))
+        for entry in old:
+            live = ctx.writer.get_claim(entry.namespace, entry.name)
+            if live is not None and live["metadata"].get("uid") == entry.claim_uid:
+                continue
+            log.info("a claim counted in flight is gone though its informer never showed it; "
+                     "its GPUs are free", extra={"claim": keys.namespaced(entry.namespace, entry.name),
+                                                 "node": entry.node})
+            ctx.wake(functools.partial(ctx.view.claim_gone, entry.claim_uid))
+    finally:
+        ctx.enqueue_after(AUDIT_INFLIGHT, AUDIT_PERIOD)
+
+
+def _cached_uid(ctx: SyncContext) -> Callable[[str, str], str | None]:
+    def uid(namespace: str, name: str) -> str | None:
+        claim = ctx.claims.get(namespace, name)
+        return None if claim is None else claim["metadata"].get("uid")
+    return uid
 
 
 def _room_for(ctx: SyncContext, claim: Obj, class_resource: str | None) -> bool:

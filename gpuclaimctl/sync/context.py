@@ -30,11 +30,12 @@ from informers import (
 from metrics.controller import ControllerMetrics
 
 # The queue's key kinds: `pod:ns/name`, `claim:ns/name`, `class:name`,
-# `budget:ns/name`.
+# `budget:ns/name`, and the one `audit:inflight` (sync.claims.audit_inflight).
 POD = "pod:"
 CLAIM = "claim:"
 CLASS = "class:"
 BUDGET = "budget:"
+AUDIT_INFLIGHT = "audit:inflight"
 
 
 @dataclass(frozen=True)

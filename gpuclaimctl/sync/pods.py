@@ -183,7 +183,8 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
                     claim = raw[a.claim]
                     d.record(a.uid, me, a.node, a.resource, a.count,
                              claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
-                             class_name=str((claim.get("spec") or {}).get("className") or ""))
+                             class_name=str((claim.get("spec") or {}).get("className") or ""),
+                             name=a.claim)
 
     if unsettled is not None:
         # Woken by the claim's update once seen; the delay is the backstop

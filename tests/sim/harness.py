@@ -40,7 +40,8 @@ from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import ClusterView
-from gpuclaimctl.sync.context import Settings, SyncContext
+from gpuclaimctl.sync.claims import AUDIT_MIN_AGE, AUDIT_PERIOD
+from gpuclaimctl.sync.context import AUDIT_INFLIGHT, Settings, SyncContext
 from informers import (
     DeletedFinalStateUnknown,
     GPUBudgetLister,
@@ -225,6 +226,7 @@ class Controller:
             enqueue_after=self.queue.add_after, wake=lambda apply: h().woke_by(apply),
             settings=Settings(reject_for=60.0, node_lost_grace=30.0), metrics=None, now=sim.now)
         handlers_box.append(Handlers(self.ctx, cast(Any, self.queue)))
+        self.queue.add_after(AUDIT_INFLIGHT, AUDIT_PERIOD)  # as Controller.run
 
     def start(self) -> None:
         """Initial lists, then one consistent claim list before the first
@@ -629,6 +631,7 @@ class Sim:
         # One key per round: a longer run leaves more objects, and so more
         # keys, to settle (at 1,000 steps some seeds needed more than 400).
         rounds = max(400, 2 * self.steps)
+        audited = False
         for _ in range(rounds):
             moved = False
             for inf in self.ctl.informers.values():
@@ -649,10 +652,19 @@ class Sim:
                 self.ctl.sync(key)
                 moved = True
             elif not moved:
+                # The in-flight audit comes back for good: it does not keep
+                # the run from settling, but runs once more at the end,
+                # late enough for every entry to be old.
+                q.delayed.pop(AUDIT_INFLIGHT, None)
                 due = q.next_due()
                 if due is None or due > self.t + 120:
                     if all(not inf.pending() for inf in self.ctl.informers.values()):
-                        return
+                        if audited:
+                            return
+                        audited = True
+                        self.t += AUDIT_MIN_AGE + 1.0
+                        self.note("drain: sync " + AUDIT_INFLIGHT)
+                        self.ctl.sync(AUDIT_INFLIGHT)
                 else:
                     self.t = max(self.t, due)
             self.check_always("draining")
