@@ -196,6 +196,26 @@ def test_a_template_the_api_server_will_not_make_a_claim_of_is_told_after_a_miss
     assert sent == ["create_claim"] and not s.gated("p")
 
 
+def test_each_claim_the_api_server_refuses_to_create_is_told_by_name() -> None:
+    """A quota refuses a set's first claim, then (raised by one) its second:
+    the second refusal is told too, or the pod's latest warning (which
+    `why` reads) would name a claim that exists."""
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "a", "className": "alpha", "count": 1},
+                {"name": "b", "className": "alpha", "count": 1}])
+    s.see_all()
+    quota = ApiError(403, "Forbidden", "exceeded quota: claims, requested: count/gpuclaims.gpuclaimctl.io=1")
+    s.fake.inject("create_claim", quota, landed=False)
+    s.sync("pod:team/p")
+    s.fake.before_write = lambda m, body: s.fake.inject("create_claim", quota, landed=False) \
+        if m == "create_claim" and body["metadata"]["name"] == "p-b" else None
+    s.sync("pod:team/p")
+    assert s.fake.get(CLAIMS, NS, "p-a") is not None and s.fake.get(CLAIMS, NS, "p-b") is None
+    told = [e.message for e in s.fake.events if e.reason == "ClaimMissing"]
+    assert len(told) == 2, told
+    assert "'p-a'" in told[0] and "'p-b'" in told[1]
+
+
 def test_an_in_flight_bind_counts_until_the_watch_shows_it_however_long_that_takes() -> None:
     """Item 5: no time-to-live; the watch lags ten minutes."""
     s = Story(nodes=(4,))

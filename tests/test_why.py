@@ -360,6 +360,8 @@ def test_why_a_pod_whose_claim_the_api_server_refuses_says_so_not_that_the_contr
     assert doc["refused"] == ["trainer-gpu"]
     assert doc["lastWarning"] == {"reason": "ClaimMissing", "message": said, "time": "2025-06-01T11:58:00Z"}
 
+    odd = why.build(p, objects, NOW, events=[{"type": "Warning", "source": "gpuclaimctl"}, {"type": "Warning"}])
+    assert odd.warned is None  # an event not as the API server makes them: no crash
     quiet = why.build(p, objects, NOW, events=events[2:])  # only kube-scheduler's
     assert quiet.warned is None and why.refused(quiet) == []
     assert "not created yet: the controller creates it" in why.render_text(quiet)

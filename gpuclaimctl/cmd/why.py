@@ -154,11 +154,15 @@ def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj]) -> Said | None:
 def _last_warning(events: Sequence[Obj]) -> Warned | None:
     """The latest of the pod's Warning events that gpuclaimctl posted."""
     ours = [e for e in events if e.get("type") == "Warning" and COMPONENT in (
-        e.get("reportingComponent"), (e.get("source") or {}).get("component"))]
+        e.get("reportingComponent"), _field(e.get("source"), "component"))]
     if not ours:
         return None
     last = max(ours, key=lambda e: str(_event_time(e) or ""))
     return Warned(str(last.get("reason") or ""), str(last.get("message") or ""), _event_time(last))
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else None
 
 
 def refused(r: Report) -> list[str]:

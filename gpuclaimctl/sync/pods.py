@@ -342,7 +342,7 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
                       else f"entry {entry.name!r}")
             _warn_waiting(ctx, pod, api.WaitReason.CLAIM_MISSING,
                           podplan.refused_create_message(claim_name, source, e.status, e.reason, e.message),
-                          told=f"{api.WaitReason.CLAIM_MISSING}: refused {e.status}")
+                          told=f"{api.WaitReason.CLAIM_MISSING}: refused {e.status} {claim_name}")
         raise
     if ctx.metrics is not None:
         ctx.metrics.template_claims_created.inc()
