@@ -109,6 +109,22 @@ def test_a_later_write_from_an_older_version_failing_does_not_end_a_written_bind
     assert inflight.observe("c1", "15")
 
 
+def test_a_later_write_from_an_older_version_failing_does_not_end_a_bind_in_doubt_early(
+        inflight: InFlightPlacements) -> None:
+    """The finalizer landed at 29 and the bind after it, based on 29, lost
+    its answer (it landed: 30). A second sync, reading the cache still at
+    10, writes again and is refused: the entry must still end only after
+    29, not with the finalizer's version. Found by the simulation's
+    undercount check (seed 100143)."""
+    from datetime import datetime, timezone
+
+    inflight.settling("c1", "29", lost_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    inflight.settling("c1", "10")
+    assert not inflight.observe("c1", "29")
+    assert inflight.usage() == {GPU: {"node-a": 2}}
+    assert inflight.observe("c1", "30")
+
+
 def test_a_claim_in_flight_cannot_get_a_second_placement(inflight: InFlightPlacements) -> None:
     """The first may be bound on the server yet: replacing it would uncount
     its GPUs (I1); a move waits for it to end (sync.pods._place)."""

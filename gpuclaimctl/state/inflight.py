@@ -181,6 +181,14 @@ class InFlightPlacements:
                 # seeing. Settling on the older base would end the entry on
                 # a version between the two, before the bind shows.
                 return
+            if entry.state is WriteState.SETTLING and b < entry.base:
+                # Likewise for an earlier write in doubt: the claim is past
+                # the older version already, so the later write cannot
+                # land, and the earlier one still may, as the version after
+                # its own base. Going back to the older base would end the
+                # entry on a version in between (say our finalizer's, when
+                # the bind after it landed with its answer lost).
+                b = entry.base
             if entry.lost_at is not None and (lost_at is None or entry.lost_at > lost_at):
                 lost_at = entry.lost_at  # an earlier lost answer may still land
             self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, base=b,
