@@ -1059,6 +1059,25 @@ def test_a_placements_claim_changes_are_synced_once_a_moment_later() -> None:
     assert s.ctl.queue.delayed[keys[0]] == pytest.approx(s.monotonic() + CLAIM_SETTLE_DELAY)
 
 
+def test_a_claim_gone_before_its_status_write_is_not_retried() -> None:
+    """The cache still shows a claim deleted meanwhile: its sync's status
+    write finds it gone (404), which is not a failure to back off and log
+    (an attack on the real plane saw 4-8 such retries a claim)."""
+    s = Story(nodes=(4,))
+    s.pod("bare", [{"name": "g", "className": "alpha", "count": 1}], owned=False)
+    s.see_all()
+    s.sync("pod:team/bare")
+    s.see_all()
+    s.fake.delete(PODS, NS, "bare")
+    s.ctl.informers[PODS].deliver(10_000)
+    s.fake.patch(CLAIMS, NS, "bare-g", lambda c: c["metadata"].__setitem__("finalizers", []))
+    s.fake.delete(CLAIMS, NS, "bare-g")  # not delivered: the cache still shows it reserved
+    assert s.fake.get(CLAIMS, NS, "bare-g") is None
+    s.ctl.queue.failures.clear()
+    s.sync("claim:team/bare-g")
+    assert not s.ctl.queue.failures, s.log[-3:]
+
+
 def test_a_claim_being_deleted_is_synced_at_once() -> None:
     """Someone waits for its delete: its finalizer goes without the delay."""
     s = Story(nodes=(4,))

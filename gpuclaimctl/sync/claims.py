@@ -69,7 +69,13 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
     if plan.status_changed:
         # Only the status is new; the rest is read, never edited, by the write.
         updated = {**claim, "status": plan.status}
-        current = ctx.writer.update_claim_status(updated)
+        try:
+            current = ctx.writer.update_claim_status(updated)
+        except NotFound:
+            # Deleted since the cache showed it (our own delete of a template
+            # claim, say): its delete event comes, and with it nothing to do.
+            log.debug("claim gone before its status write", extra={"claim": key})
+            return
         for ref, why in plan.removed:
             if ctx.metrics is not None:
                 ctx.metrics.stale_reservations_removed.labels(str(why)).inc()
