@@ -43,6 +43,7 @@ from informers import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     PODS,
+    RESOURCE_QUOTAS,
     EventHandlerFuncs,
     SharedInformerFactory,
 )
@@ -120,6 +121,11 @@ class Controller:
             factory.informer_for(PERSISTENT_VOLUMES).add_event_handler(
                 EventHandlerFuncs(add=handlers.pv_changed, update=lambda _o, n: handlers.pv_changed(n),
                                   delete=handlers.pv_changed), name="gpuclaimctl-pvs", inline=True),
+            # A quota that refused a claim's create and then has room again
+            # retries the pods it refused at once (a new one only restricts).
+            factory.informer_for(RESOURCE_QUOTAS).add_event_handler(
+                EventHandlerFuncs(update=handlers.quota_updated, delete=handlers.quota_deleted),
+                name="gpuclaimctl-quotas", inline=True),
         ]
         self._workers: list[threading.Thread] = []
         self._abandoned = threading.Event()

@@ -47,6 +47,7 @@ from informers.resource import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     PODS,
+    RESOURCE_QUOTAS,
     Resource,
 )
 from informers.shared_informer import HandlerRegistration, SharedInformer
@@ -89,6 +90,7 @@ __all__ = [
     "PERSISTENT_VOLUMES",
     "PERSISTENT_VOLUME_CLAIMS",
     "PODS",
+    "RESOURCE_QUOTAS",
     "PersistentVolumeClaimLister",
     "PersistentVolumeLister",
     "PodLister",

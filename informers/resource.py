@@ -44,6 +44,7 @@ NODES = Resource("", "v1", "nodes", namespaced=False)
 CONFIG_MAPS = Resource("", "v1", "configmaps", namespaced=True)
 PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", namespaced=True)
 PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
+RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", namespaced=True)
 
 CRD_GROUP = "gpuclaimctl.io"
 CRD_VERSION = "v1alpha1"

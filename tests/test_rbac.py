@@ -68,7 +68,7 @@ UNEXERCISED = {
     **{("list", group, resource, ""): _WATCHLIST_FALLBACK for group, resource in (
         ("", "nodes"), ("", "pods"), ("", "persistentvolumeclaims"), ("", "persistentvolumes"),
         ("gpuclaimctl.io", "gpuclasses"), ("gpuclaimctl.io", "gpuclaimtemplates"),
-        ("gpuclaimctl.io", "gpubudgets"), ("", "namespaces"))},
+        ("gpuclaimctl.io", "gpubudgets"), ("", "namespaces"), ("", "resourcequotas"))},
     ("update", "", "pods", "finalizers"): (
         "no request uses it: clusters running the OwnerReferencesPermissionEnforcement "
         "admission plugin check it when the controller creates a template claim owned by "

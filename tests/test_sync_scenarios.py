@@ -216,6 +216,43 @@ def test_each_claim_the_api_server_refuses_to_create_is_told_by_name() -> None:
     assert "'p-a'" in told[0] and "'p-b'" in told[1]
 
 
+def test_a_quota_with_room_again_retries_at_once_the_pods_it_refused() -> None:
+    """Room in a quota is no event of the pod's, whose backoff reaches
+    1,000 s: the quota's own update (a limit raised, less used) or delete
+    syncs the gated pods of its namespace it refused, and only those."""
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "a", "className": "alpha", "count": 1}])
+    s.pod("big", [{"name": "a", "className": "alpha", "count": 8}])  # waits for Capacity
+    s.see_all()
+    s.fake.inject("create_claim", ApiError(403, "Forbidden", "exceeded quota: q"), landed=False)
+    s.sync("pod:team/p")
+    s.sync("pod:team/big")
+    s.ctl.queue.ready.clear()
+
+    def quota(hard: str, used: str) -> dict[str, Any]:
+        return {"metadata": {"name": "q", "namespace": NS},
+                "spec": {"hard": {"count/gpuclaims.gpuclaimctl.io": hard}},
+                "status": {"hard": {"count/gpuclaims.gpuclaimctl.io": hard},
+                           "used": {"count/gpuclaims.gpuclaimctl.io": used}}}
+
+    s.ctl.handlers.quota_updated(quota("1", "0"), quota("1", "1"))  # more used: no room
+    s.ctl.handlers.quota_updated(quota("1", "1"), quota("1", "1"))  # a resync
+    assert not s.ctl.queue.ready
+    s.ctl.handlers.quota_updated(quota("1", "1"), quota("2", "1"))  # raised
+    assert list(s.ctl.queue.ready) == ["pod:team/p"]
+    s.ctl.queue.ready.clear()
+    s.ctl.handlers.quota_updated(quota("2", "2"), quota("2", "1"))  # less used
+    s.ctl.handlers.quota_deleted(quota("2", "1"))
+    assert list(s.ctl.queue.ready) == ["pod:team/p"]
+    s.ctl.queue.ready.clear()
+    s.ctl.handlers.quota_updated(
+        quota("1", "1"), {**quota("1", "1"), "metadata": {"name": "q", "namespace": "elsewhere"},
+                          "spec": {"hard": {}}})  # another namespace's
+    assert not s.ctl.queue.ready
+    s.sync("pod:team/p")
+    assert not s.gated("p")
+
+
 def test_an_in_flight_bind_counts_until_the_watch_shows_it_however_long_that_takes() -> None:
     """Item 5: no time-to-live; the watch lags ten minutes."""
     s = Story(nodes=(4,))

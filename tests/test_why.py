@@ -501,8 +501,15 @@ def test_why_on_the_real_plane_explains_a_waiting_pod_then_where_the_released_on
 
         # A claim the API server refuses to create (a quota full with the
         # two above): why tells it from the pod's Warning event.
+        quota = f"/api/v1/namespaces/{namespace}/resourcequotas/claims"
+        counted = "count/gpuclaims.gpuclaimctl.io"
         kube.request(api_client, "POST", f"/api/v1/namespaces/{namespace}/resourcequotas", body={
-            "metadata": {"name": "claims"}, "spec": {"hard": {"count/gpuclaims.gpuclaimctl.io": "2"}}})
+            "metadata": {"name": "claims"}, "spec": {"hard": {counted: "2"}}})
+        # Its status as kube-controller-manager's quota controller writes it
+        # (admission reads the status; the controller may take minutes to
+        # discover a custom resource to count).
+        kube.request(api_client, "PATCH", f"{quota}/status", content_type="application/merge-patch+json",
+                     body={"status": {"hard": {counted: "2"}, "used": {counted: "2"}}})
         cluster.pod("capped", [{"name": "g", "className": cls, "count": 1}])
         wait_for(lambda: cluster.events("ClaimMissing"), timeout=30,
                  message=lambda: f"a ClaimMissing warning: {cluster.describe_pod('capped')}")
@@ -512,6 +519,15 @@ def test_why_on_the_real_plane_explains_a_waiting_pod_then_where_the_released_on
         assert doc["lastWarning"]["reason"] == "ClaimMissing"
         assert "refused to create GPUClaim 'capped-g'" in doc["lastWarning"]["message"]
         assert "403 Forbidden" in doc["lastWarning"]["message"]
+        # Room in the quota again: its update retries the refused pod (not
+        # its backoff), and why says where it went.
+        for sub, body in (("", {"spec": {"hard": {counted: "3"}}}), ("/status", {"status": {"hard": {counted: "3"}}})):
+            kube.request(api_client, "PATCH", quota + sub, body=body, content_type="application/merge-patch+json")
+        wait_for(lambda: cluster.running_on("capped", big), timeout=30,
+                 message=lambda: f"capped Running on {big}: {cluster.describe_pod('capped')}")
+        doc = json.loads(CliRunner().invoke(cli.main, ["why", f"{namespace}/capped", "--kubeconfig", kubeconfig,
+                                                       "-o", "json"]).output)
+        assert doc["state"] == "released" and doc["release"]["node"] == big
     finally:
         cluster.cleanup()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from cachetools import LRUCache, TTLCache
 
-from gpuclaimctl.model import keys
+from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.snapshot import Rejection
 from gpuclaimctl.state.lockedcache import LockedCache
 
@@ -30,6 +30,14 @@ WAITING_MESSAGE_REFRESH = 30.0
 # template or the pod makes another body; a fix elsewhere (a webhook, the
 # CRD) is tried within this.
 REFUSED_CREATE_TTL = 60.0
+
+
+def refused_create_told(status: int, claim_name: str) -> str:
+    """What `Memories.last_warning` holds for a pod told that the API server
+    refused (`status`) to create its claim `claim_name`: one per claim, so
+    each refusal is told (a quota may refuse one claim of a set, then the
+    next). Handlers.quota_changed finds the pods a quota refused by it."""
+    return f"{api.WaitReason.CLAIM_MISSING}: refused {status} {claim_name}"
 
 
 def told_key(pod: Mapping[str, Any]) -> str:

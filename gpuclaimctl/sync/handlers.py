@@ -9,18 +9,22 @@ placements do not become status writes one for one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate
+from gpuclaimctl.model.resources import parse_quantity
 from gpuclaimctl.state import indexes
-from gpuclaimctl.state.memories import told_key
+from gpuclaimctl.state.memories import refused_create_told, told_key
 from gpuclaimctl.state.view import Change
 from gpuclaimctl.sync.context import BUDGET, CLAIM, CLASS, POD, SyncContext
 from informers import DeletedFinalStateUnknown
 from workqueue import RateLimitingQueue
+
+log = logging.getLogger("gpuclaimctl.sync.handlers")
 
 Obj = dict[str, Any]
 # A class's status follows claims and nodes; writing it at most this often
@@ -318,6 +322,31 @@ class Handlers:
         if pvc is not None:
             self._enqueue_pods_of_pvc(keys.key_of(pvc))
 
+    # -- resource quotas ----------------------------------------------------------------
+
+    def quota_updated(self, old: Obj, new: Obj) -> None:
+        if _quota_room_opened(old, new):
+            self._retry_refused_by_quota(new["metadata"].get("namespace", ""))
+
+    def quota_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        quota = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        if quota is not None:
+            self._retry_refused_by_quota(quota["metadata"].get("namespace", ""))
+
+    def _retry_refused_by_quota(self, namespace: str) -> None:
+        """The gated pods of `namespace` a quota refused a claim of (what
+        they were told: Memories.last_warning), synced now: room in a quota
+        is no event of theirs, and their backoff reaches 1,000 s."""
+        told = self.ctx.memories.last_warning
+        refused = refused_create_told(403, "")
+        retried = [POD + keys.key_of(p) for p in self.ctx.pods.by_index(indexes.WAITING_PODS, "")
+                   if p["metadata"].get("namespace") == namespace
+                   and (told.get(told_key(p)) or "").startswith(refused)]
+        if retried:
+            log.info("a ResourceQuota has room again: retrying the %d pods it refused a claim of",
+                     len(retried), extra={"namespace": namespace})
+            self.queue.add_all(retried)
+
     def pv_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         pv = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         ref = ((pv or {}).get("spec") or {}).get("claimRef") or {}
@@ -356,6 +385,29 @@ def _pod_sync_due(pod: Obj) -> bool:
     return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
                and c.get("reason") == "Unschedulable"
                for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def _quota_room_opened(old: Obj, new: Obj) -> bool:
+    """Whether an update of a ResourceQuota may let in a create it refused:
+    a limit raised or dropped (in spec, or in status, which admission
+    reads), or less of one used. A figure that does not parse counts as
+    opened (a retry too many costs one refused request)."""
+    def figures(q: Obj, part: str, name: str) -> Mapping[str, Any]:
+        value = (q.get(part) or {}).get(name)
+        return value if isinstance(value, Mapping) else {}
+
+    for part in ("spec", "status"):
+        before, after = figures(old, part, "hard"), figures(new, part, "hard")
+        if any(r not in after or _more(after[r], v) for r, v in before.items()):
+            return True
+    before, after = figures(old, "status", "used"), figures(new, "status", "used")
+    return any(r in after and _more(v, after[r]) for r, v in before.items())
+
+
+def _more(a: Any, b: Any) -> bool:
+    """a > b as quantities (whole numbers: what a quota counts of GPUClaims)."""
+    x, y = parse_quantity(a), parse_quantity(b)
+    return a != b if x is None or y is None else x > y
 
 
 def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:

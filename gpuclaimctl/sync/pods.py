@@ -73,7 +73,7 @@ from gpuclaimctl.model.snapshot import (
 )
 from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.state.inflight import may_still_land_for
-from gpuclaimctl.state.memories import told_key
+from gpuclaimctl.state.memories import refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.pods")
@@ -342,7 +342,7 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
                       else f"entry {entry.name!r}")
             _warn_waiting(ctx, pod, api.WaitReason.CLAIM_MISSING,
                           podplan.refused_create_message(claim_name, source, e.status, e.reason, e.message),
-                          told=f"{api.WaitReason.CLAIM_MISSING}: refused {e.status} {claim_name}")
+                          told=refused_create_told(e.status, claim_name))
         raise
     if ctx.metrics is not None:
         ctx.metrics.template_claims_created.inc()

@@ -226,6 +226,7 @@ class Controller:
             enqueue_after=self.queue.add_after, wake=lambda apply: h().woke_by(apply),
             settings=Settings(reject_for=60.0, node_lost_grace=30.0), metrics=None, now=sim.now)
         handlers_box.append(Handlers(self.ctx, cast(Any, self.queue)))
+        self.handlers = handlers_box[0]
         self.queue.add_after(AUDIT_INFLIGHT, AUDIT_PERIOD)  # as Controller.run
 
     def start(self) -> None:
