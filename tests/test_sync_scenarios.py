@@ -357,6 +357,40 @@ def test_a_claim_deleted_between_the_cache_read_and_the_decision_is_not_counted_
     assert not s.gated("q")
 
 
+def test_a_takeover_counts_a_claim_its_cache_shows_bound_at_an_older_version() -> None:
+    """The standby's cache shows a claim bound on n0 at an old version; the
+    consistent list shows it bound on n0 again after it was freed. Taken as
+    counted already, the freeing version, replayed by the informer, left
+    the GPU counted by no one until the rebind showed (an undercount the
+    simulation found: seed 201203)."""
+    from tests.sim.harness import Controller
+
+    s = Story(nodes=(4,))
+    s.claim("shared", 1)
+    s.pod("p1", [{"name": "e", "claim": "shared"}], owned=False)
+    s.see_all()
+    s.sync("pod:team/p1")
+    new = Controller(s)  # a standby, its caches filled up to here
+    for inf in new.informers.values():
+        inf.deliver(10_000)
+    assert new.ctx.claims.get(NS, "shared")["status"]["phase"] == "Bound"
+
+    def freed(c: Obj) -> None:
+        c["status"] = {"phase": "Pending"}
+
+    def bound_again(c: Obj) -> None:
+        c["status"] = {"phase": "Bound", "nodeName": "n0", "resourceName": RESOURCE,
+                       "reservedFor": [{"name": "p2", "uid": "uid-p2"}]}
+
+    s.fake.patch(CLAIMS, NS, "shared", freed)  # the old leader lets p1's go ...
+    s.fake.patch(CLAIMS, NS, "shared", bound_again)  # ... and binds it for another pod
+    new.view.catch_up(s.fake.list_claims(), new.ctx.claims.get)
+    while new.informers[CLAIMS].pending():
+        new.informers[CLAIMS].deliver(1)
+        assert new.view.used().get(RESOURCE, {}).get("n0", 0) >= 1  # bound all along on the server
+    assert new.view.used()[RESOURCE]["n0"] == 1 and len(new.view.inflight) == 0
+
+
 def test_a_claim_counted_at_takeover_and_deleted_unseen_is_freed_by_the_audit() -> None:
     """A new leader counts a claim its cache does not show yet (catch-up).
     If the claim goes (its finalizer taken off by hand) while a relist

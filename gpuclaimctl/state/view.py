@@ -30,7 +30,7 @@ from gpuclaimctl.decide.capacity import claim_usage, combine
 from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
-from gpuclaimctl.state.inflight import InFlight, InFlightPlacements
+from gpuclaimctl.state.inflight import InFlight, InFlightPlacements, parse_rv
 from gpuclaimctl.state.usage import UsageTracker
 
 Obj = Mapping[str, Any]
@@ -290,7 +290,8 @@ class ClusterView:
 
     def catch_up(self, listed: Iterable[Obj], cached: Callable[[str, str], Obj | None]) -> int:
         """Count as in flight every claim a consistent list shows holding GPUs
-        that the cache does not show holding them yet; return how many."""
+        that the cache does not show holding them at that version yet;
+        return how many."""
         added = 0
         with self.lock:
             resource_of_class = self.usage.resource_of_class()
@@ -300,8 +301,15 @@ class ClusterView:
                     continue
                 meta = claim["metadata"]
                 in_cache = cached(meta.get("namespace", ""), meta.get("name", ""))
+                # Skipped only if the cache shows that very version (or a
+                # later one): an older one holding the same GPUs may be
+                # followed, as the informer replays the versions between,
+                # by the claim freed and bound again, and the GPUs would go
+                # uncounted meanwhile. Counted twice until then instead.
                 if in_cache is not None and claim_usage(in_cache, resource_of_class) == held \
-                        and in_cache["metadata"].get("uid") == meta.get("uid"):
+                        and in_cache["metadata"].get("uid") == meta.get("uid") \
+                        and parse_rv(in_cache["metadata"].get("resourceVersion")) >= \
+                        parse_rv(meta.get("resourceVersion")):
                     continue
                 refs = (claim.get("status") or {}).get("reservedFor") or [{}]
                 pod = PodRef(refs[0].get("name", ""), refs[0].get("uid", ""))
