@@ -859,6 +859,52 @@ def test_a_waiting_pod_whose_figures_changed_is_rewritten_at_most_every_refresh(
     assert claim is not None and _waiting_message(claim) != said
 
 
+def test_a_new_waiting_pod_synced_again_before_the_cache_shows_its_waiting_sends_nothing() -> None:
+    """A new pod's template claim: the sync that made it wrote its Waiting,
+    and the claim's own create event syncs the pod again before the cache
+    shows that write. Writing the same reason again from the cached version
+    was refused (409) and failed the sync, twice for every new waiting pod."""
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {})
+    s.pod("big", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.sync("pod:team/big")
+    s.ctl.informers[CLAIMS].deliver(1)  # the create, not the Waiting write
+    assert "pod:team/big" in s.ctl.queue.ready
+    before = s.fake.resource_version
+    s.sync("pod:team/big")
+    assert s.fake.resource_version == before
+    assert not s.ctl.queue.failures
+    s.see_all()
+    claim = s.fake.get(CLAIMS, NS, "big-g")
+    assert claim is not None and "4" in _waiting_message(claim)
+
+
+def test_a_waiting_write_that_meets_a_newer_claim_is_tried_again_without_failing_the_sync() -> None:
+    """The cache lags someone else's change of the claim, and the pod's
+    reason changed: the Waiting write is refused (409). The sync does not
+    fail; the pod is decided again shortly, from the newer version."""
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {"second": 4})
+    claim = next(c for c in s.fake.list(CLAIMS).items
+                 if c["metadata"]["ownerReferences"][0]["name"] == "second")
+    name = claim["metadata"]["name"]
+    s.fake.patch(CLAIMS, NS, name, lambda c: c["metadata"].setdefault("labels", {}).update(team="x"))
+    s.fake.delete(CLASSES, "", "alpha")
+    s.ctl.informers[CLASSES].deliver(10)
+    s.sync("pod:team/second")
+    assert not s.ctl.queue.failures
+    assert "pod:team/second" in s.ctl.queue.delayed
+    s.see_all()
+    s.t += 2.0
+    s.ctl.queue.promote()
+    s.sync("pod:team/second")
+    claim = s.fake.get(CLAIMS, NS, name)
+    assert claim is not None
+    cond = next(c for c in claim["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
+    assert cond["reason"] == str(api.WaitReason.CLASS_NOT_FOUND), cond
+
+
 def _waiting_message(claim: Obj) -> str:
     cond = next(c for c in claim["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
     return str(cond["message"])

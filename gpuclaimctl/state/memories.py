@@ -79,8 +79,9 @@ class Memories:
     capacity_needs: LockedCache[str, Mapping[str, int]] = field(
         default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Claims (uid) whose Waiting message was written in the last
-    # WAITING_MESSAGE_REFRESH seconds.
-    waiting_written: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
+    # WAITING_MESSAGE_REFRESH seconds: the reason written, and the
+    # resourceVersion the write was answered with (sync.pods._waiting).
+    waiting_written: LockedCache[str, tuple[api.WaitReason, int]] = field(default_factory=lambda: LockedCache(
         TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_MESSAGE_REFRESH)))
     # Claim creates refused as invalid: body digest -> (status, reason,
     # message) of the refusal (sync.pods._create).

@@ -72,7 +72,7 @@ from gpuclaimctl.model.snapshot import (
     parse_time,
 )
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.state.inflight import may_still_land_for
+from gpuclaimctl.state.inflight import may_still_land_for, parse_rv
 from gpuclaimctl.state.memories import refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
@@ -85,6 +85,9 @@ _REFUSED_BY_USER_INPUT = frozenset({400, 403, 422})
 # Seconds before a set whose claim's earlier bind is not seen back yet is
 # decided again (see _place), unless the claim's update wakes it first.
 _UNSETTLED_RETRY = 1.0
+# Seconds before a pod whose Waiting write met a newer version of its claim
+# is decided again (see _waiting).
+_WAITING_CONFLICT_RETRY = 1.0
 
 
 def sync_pod(ctx: SyncContext, key: str) -> None:
@@ -425,14 +428,29 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
             continue
         uid = claim["metadata"].get("uid", "")
         said = podplan.waiting_condition(claim) or {}
-        if (said.get("status"), said.get("reason")) == ("True", wait.reason) \
-                and uid in ctx.memories.waiting_written:
-            continue  # only its figures changed, and they were written lately
+        wrote = ctx.memories.waiting_written.get(uid)
+        if wrote is not None and wrote[0] == wait.reason and (
+                (said.get("status"), said.get("reason")) == ("True", wait.reason)
+                or parse_rv(claim["metadata"].get("resourceVersion")) < wrote[1]):
+            # Only its figures changed, and they were written lately -- by
+            # a write the cache may not show yet: the claim's own event
+            # (the sync of a new pod's template claim) came before it.
+            continue
         try:
-            ctx.writer.update_claim_status(body)
+            written = ctx.writer.update_claim_status(body)
         except NotFound:
             continue
-        ctx.memories.waiting_written[uid] = True
+        except Conflict:
+            # The cache lags a newer version (another pod's Waiting on a
+            # shared claim, a write of ours it does not show yet). Nothing
+            # was decided from it but what to say, and a claim's update
+            # that changes only its Waiting syncs no pod: look again once
+            # the cache has it, without failing the sync.
+            log.debug("a claim changed since it was read; its Waiting is written again shortly",
+                      extra={"pod": keys.key_of(pod), "claim": name})
+            ctx.enqueue_after(POD + keys.key_of(pod), _WAITING_CONFLICT_RETRY)
+            continue
+        ctx.memories.waiting_written[uid] = (wait.reason, parse_rv(written["metadata"].get("resourceVersion")))
     _warn_waiting(ctx, pod, decision.reason, decision.message, counted=True)
     # A rejection that runs out can let the set fit: look again then. Those
     # kept in memory for template and inline sets count too: their claims
