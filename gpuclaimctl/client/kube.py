@@ -14,7 +14,7 @@ state between calls.
 from __future__ import annotations
 
 import copy
-
+import os
 import threading
 import time
 import weakref
@@ -37,25 +37,35 @@ class ConfigError(Exception):
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
-    """A kubeconfig when one is named (a context alone picks from the default
-    kubeconfig), else the in-cluster service account; ConfigError if neither."""
-    if kubeconfig or context:
-        try:
-            api: client.ApiClient = config.new_client_from_config(
-                config_file=kubeconfig, context=context)
-            return api
-        except (config.ConfigException, OSError) as e:
-            where = kubeconfig or "the default kubeconfig"
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ConfigError(f"cannot load {where}: {first}") from None
+    """The cluster to talk to, found as controller-runtime's GetConfig
+    finds it: the kubeconfig named (`--kubeconfig`; a context alone picks
+    from the default one), else $KUBECONFIG, else the in-cluster service
+    account, else ~/.kube/config; ConfigError if none."""
+    named = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if named or context:
+        return _from_kubeconfig(named, context)
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
+        home = os.path.expanduser("~/.kube/config")
+        if os.path.exists(home):
+            return _from_kubeconfig(home, None)
         raise ConfigError(
-            "no cluster to talk to: not running in a pod; pass --kubeconfig (and --context)"
+            "no cluster to talk to: not running in a pod, no $KUBECONFIG, no ~/.kube/config; "
+            "pass --kubeconfig (and --context)"
         ) from None
     return client.ApiClient(configuration)
+
+
+def _from_kubeconfig(path: str | None, context: str | None) -> client.ApiClient:
+    try:
+        api: client.ApiClient = config.new_client_from_config(config_file=path, context=context)
+        return api
+    except Exception as e:  # a user's file: bad YAML or a wrong shape raises anything
+        where = path or "the default kubeconfig"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"cannot load {where}: {first}") from None
 
 
 def client_for(api_client: client.ApiClient, role: str, *,

@@ -83,7 +83,7 @@ def version() -> None:
 # GPUCLAIMCTL_<FLAG>, not click's default GPUCLAIMCTL_RUN_<FLAG>.
 @main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-              help="Kubeconfig file; in-cluster config when absent.")
+              help="Kubeconfig file; else $KUBECONFIG, the in-cluster config, ~/.kube/config.")
 @click.option("--context", default=None, help="Kubeconfig context to use.")
 @click.option("--local", is_flag=True, default=False,
               help="Start a local control plane (built from Go modules) with sample GPU "
