@@ -99,13 +99,20 @@ def test_quick_start_lines_name_the_running_plane_and_samples_apply_without_warn
     try:
         export = run.wait_for_line("export KUBECONFIG=")
         alias = run.wait_for_line("alias kubectl=")
-        apply = run.wait_for_line("kubectl apply -f ")
+        tool = run.wait_for_line("alias gpuclaimctl=")
+        run.wait_for_line("kubectl create namespace team-a")
+        apply = run.wait_for_line("kubectl apply -n team-a -f ")
         assert len([line for line in run.lines if "KUBECONFIG" in line]) == 1
         kubeconfig = Path(shlex.split(export.partition("=")[2])[0])
         kubectl = shlex.split(alias.partition("=")[2])[0]
         samples = shlex.split(apply)[-1]
         assert kubeconfig == stable
         assert Path(samples) == REPO / "deploy" / "samples"
+        # The alias runs gpuclaimctl's commands without the venv on PATH.
+        version = subprocess.run([*shlex.split(shlex.split(tool.partition("=")[2])[0]), "version"],
+                                 capture_output=True, text=True, timeout=60,
+                                 env=dict(os.environ, PATH="/usr/bin:/bin"))
+        assert version.returncode == 0, version.stderr
 
         def kubectl_run(*args: str) -> subprocess.CompletedProcess[str]:
             done = subprocess.run([kubectl, *args], env=dict(os.environ, KUBECONFIG=str(kubeconfig)),

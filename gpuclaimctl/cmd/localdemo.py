@@ -39,6 +39,8 @@ from gpuclaimctl.controlplane import (
 
 # The repository's deploy/ (gpuclaimctl/cmd/ is two levels below it).
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+# The namespace the quick start puts the samples in (README's examples use it).
+SAMPLES_NAMESPACE = "team-a"
 MODEL_LABEL = "nvidia.com/gpu.product"
 # name, GPUs, model (the label NVIDIA GPU feature discovery sets), class.
 SAMPLE_NODES = (
@@ -66,9 +68,18 @@ def start_plane() -> ControlPlane:
     # Bare lines, to copy as they are.
     print(f"export KUBECONFIG={shlex.quote(str(stable))}\n"
           f"alias kubectl={shlex.quote(str(plane.bin['kubectl']))}\n"
-          f"kubectl apply -f {shlex.quote(str(DEPLOY / 'samples'))}",
+          f"alias gpuclaimctl={shlex.quote(_tool())}\n"
+          f"kubectl create namespace {SAMPLES_NAMESPACE}\n"
+          f"kubectl apply -n {SAMPLES_NAMESPACE} -f {shlex.quote(str(DEPLOY / 'samples'))}",
           file=sys.stderr, flush=True)
     return plane
+
+
+def _tool() -> str:
+    """How to run gpuclaimctl's own commands (status, why, simulate) from
+    another terminal: the installed script beside this Python, if any."""
+    script = Path(sys.executable).parent / "gpuclaimctl"
+    return str(script) if script.exists() else f"{sys.executable} -m gpuclaimctl"
 
 
 def kubeconfig_link() -> Path:
