@@ -179,13 +179,18 @@ def test_the_controller_gauges_a_waiting_pod_by_reason_and_times_a_release_in_it
         cluster.pod("fits", [{"name": "g", "className": cls, "count": 1}])
         cluster.pod("too-big", [{"name": "g", "className": cls, "count": 4}])
         cluster.pod("no-class", [{"name": "g", "className": f"{cls}-missing", "count": 1}])
+        # No claim to carry a Waiting condition: counted by what it was told, not as Pending.
+        cluster.pod("no-claim", [{"name": "g", "claim": "nosuchclaim"}])
 
         def waiting(reason: str) -> float:
             return float(rc.metric("gpuclaimctl_pods_waiting", namespace=namespace, reason=reason))
 
-        wait_for(lambda: waiting("Capacity") == 1 and waiting("ClassNotFound") == 1, timeout=30,
-                 message=lambda: f"one pod waiting for Capacity, one for ClassNotFound; "
-                                 f"{waiting('Capacity')}, {waiting('ClassNotFound')}")
+        wait_for(lambda: waiting("Capacity") == 1 and waiting("ClassNotFound") == 1
+                 and waiting("ClaimMissing") == 1, timeout=30,
+                 message=lambda: f"one pod waiting for Capacity, one for ClassNotFound, one for "
+                                 f"ClaimMissing; {waiting('Capacity')}, {waiting('ClassNotFound')}, "
+                                 f"{waiting('ClaimMissing')}")
+        assert waiting("Pending") == 0
         assert rc.metric("gpuclaimctl_pods_waiting_longest_seconds", namespace=namespace,
                          reason="Capacity") >= 0
         wait_for(lambda: rc.metric("gpuclaimctl_pod_release_seconds_count", namespace=namespace) == 1,

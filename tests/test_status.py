@@ -32,6 +32,7 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.client.kube import request_json
 from gpuclaimctl.model.podclaims import template_claim_name
+from gpuclaimctl.cmd import statusview
 from gpuclaimctl.cmd.statusview import BUDGETS_TITLE, human_duration, render
 
 GPU = "nvidia.com/gpu"
@@ -331,6 +332,39 @@ def test_a_pod_no_claim_explains_is_pending_not_yet_processed(claims: list[dict[
     assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("Pending", "not yet processed")]
 
 
+def warning(pod: str, reason: str, message: str, at: str, *, component: str = "gpuclaimctl",
+            type_: str = "Warning") -> dict[str, Any]:
+    return {"type": type_, "reason": reason, "message": message, "lastTimestamp": at,
+            "involvedObject": {"kind": "Pod", "namespace": "team", "name": pod, "uid": f"uid-{pod}"},
+            "source": {"component": component}, "reportingComponent": component}
+
+
+def test_a_pod_whose_claim_does_not_exist_shows_what_the_controller_last_told_it() -> None:
+    """No claim to carry a Waiting condition (ClaimMissing, or a claim
+    another pod holds): the pod's latest Warning event from gpuclaimctl with
+    a waiting reason says why, not "not yet processed"."""
+    events = [
+        warning("new", "ClassNotFound", "older", "2025-06-01T11:00:00Z"),
+        warning("new", "ClaimMissing", "GPUClaim 'c' does not exist in team", "2025-06-01T11:30:00Z"),
+        warning("new", "ClaimMissing", "not ours", "2025-06-01T11:50:00Z", component="someone-else"),
+        warning("new", "FailedScheduling", "not a waiting reason", "2025-06-01T11:55:00Z"),
+        warning("new", "ClaimInUse", "a Normal event", "2025-06-01T11:58:00Z", type_="Normal"),
+    ]
+    told = statusview.told_by_events(events)
+    assert told == {"uid-new": ("ClaimMissing", "GPUClaim 'c' does not exist in team")}
+    pods = [gated_pod("new", [{"name": "gpu", "claim": "c"}])]
+    rows = section(render([], [], [], pods, NOW, told=told.get), "Waiting pods") or []
+    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("ClaimMissing", "GPUClaim 'c' does not exist in team")]
+
+
+def test_a_claim_s_waiting_condition_wins_over_what_an_event_told() -> None:
+    claims = [claim("c", "a100", 1, waiting=("Capacity", "no node has 1 free"))]
+    pods = [gated_pod("new", [{"name": "gpu", "claim": "c"}])]
+    told = {"uid-new": ("ClaimMissing", "earlier")}
+    rows = section(render([], [], claims, pods, NOW, told=told.get), "Waiting pods") or []
+    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("Capacity", "no node has 1 free")]
+
+
 def test_waiting_pods_are_listed_oldest_first_and_released_pods_not_at_all() -> None:
     pods = [
         gated_pod("young", [{"name": "g", "claim": "a"}], age=timedelta(seconds=30)),
@@ -383,7 +417,10 @@ def test_ages_read_as_kubectl_prints_them(seconds: int, shown: str) -> None:
 # -- the command, without a cluster --------------------------------------------
 
 
-def test_without_kubeconfig_or_cluster_the_command_fails_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_kubeconfig_or_cluster_the_command_fails_with_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     result = CliRunner().invoke(cli.main, ["status"])
@@ -458,6 +495,22 @@ def cluster_objects(api_client: client.ApiClient, crds: list[str], namespace: st
                 CLAIMS_ANNOTATION: json.dumps([{"name": "gpus", "claim": names["claim"]}])}},
             "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}],
                      "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
+        # A pod whose claim does not exist, told so in a Warning event as
+        # the controller's recorder posts one.
+        orphan = request_json(api_client, "POST", f"/api/v1/namespaces/{namespace}/pods", body={
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "orphan", "annotations": {
+                CLAIMS_ANNOTATION: json.dumps([{"name": "gpus", "claim": "nosuchclaim"}])}},
+            "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}],
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
+        request_json(api_client, "POST", f"/api/v1/namespaces/{namespace}/events", body={
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"orphan.{suffix}"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "orphan",
+                               "uid": orphan["metadata"]["uid"]},
+            "type": "Warning", "reason": "ClaimMissing",
+            "message": f"GPUClaim 'nosuchclaim' does not exist in {namespace}",
+            "source": {"component": "gpuclaimctl"}, "reportingComponent": "gpuclaimctl",
+            "firstTimestamp": "2025-06-01T11:00:00Z", "lastTimestamp": "2025-06-01T11:00:00Z", "count": 1})
         yield names
     finally:
         for path in reversed(made):
@@ -487,4 +540,7 @@ def test_status_lists_the_cluster_s_classes_claims_and_waiting_pods(
     waiting = {r["NAMESPACE/NAME"]: r for r in section(text, "Waiting pods") or []}
     pod = waiting[f"{namespace}/{cluster_objects['pod']}"]
     assert (pod["REASON"], pod["MESSAGE"]) == ("Capacity", f"no node has 8 free {GPU}")
+    orphan = waiting[f"{namespace}/orphan"]
+    assert (orphan["REASON"], orphan["MESSAGE"]) == (
+        "ClaimMissing", f"GPUClaim 'nosuchclaim' does not exist in {namespace}")
 

@@ -356,6 +356,8 @@ def test_why_a_pod_whose_claim_the_api_server_refuses_says_so_not_that_the_contr
     assert "not created yet: the controller creates it" not in text
     assert f"Its latest warning event (2025-06-01T11:58:00Z (2m ago)): ClaimMissing: {said}" in text
     assert "as if GPUClaim trainer-gpu could be created" in text
+    assert "The controller says: no Waiting condition on the claims (none it could write" in text
+    assert "nothing yet" not in text
     doc = json.loads(why.render_json(report))
     assert doc["refused"] == ["trainer-gpu"]
     assert doc["lastWarning"] == {"reason": "ClaimMissing", "message": said, "time": "2025-06-01T11:58:00Z"}
@@ -365,6 +367,7 @@ def test_why_a_pod_whose_claim_the_api_server_refuses_says_so_not_that_the_contr
     quiet = why.build(p, objects, NOW, events=events[2:])  # only kube-scheduler's
     assert quiet.warned is None and why.refused(quiet) == []
     assert "not created yet: the controller creates it" in why.render_text(quiet)
+    assert "The controller says: nothing yet" in why.render_text(quiet)
 
 
 def test_why_a_released_pod_says_where_it_went_and_when() -> None:

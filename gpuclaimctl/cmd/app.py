@@ -163,7 +163,7 @@ def pod_waits(controller: Controller) -> list[PodWait]:
     pods, claims = controller.gated_pods()
     now = controller.ctx.now()
     return [PodWait(p.namespace, p.reason, (now - p.created).total_seconds() if p.created else 0.0)
-            for p in waiting_pods(pods, claims)]
+            for p in waiting_pods(pods, claims, controller.ctx.memories.waiting_told.get)]
 
 
 def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int:

@@ -26,7 +26,7 @@ the reading and printing. Nothing here writes to the API server.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -48,6 +48,7 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
@@ -60,6 +61,8 @@ NOT_PROCESSED_MESSAGE = "not yet processed"
 
 # Finished pods hold no GPUs and are never gated, so the list leaves them out.
 _LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+# The controller's Warning events about pods (told_by_events).
+_OUR_WARNINGS = f"type=Warning,involvedObject.kind=Pod,source={COMPONENT}"
 _GAP = "  "
 
 
@@ -210,8 +213,36 @@ def waiting_condition(claim: RawObject) -> tuple[str, str] | None:
     return None
 
 
-def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject]) -> list[WaitingPod]:
-    """Gated pods, oldest first, each with why it waits."""
+# Pod uid -> (reason, message) the controller last told it in a Warning
+# event, or None (told_by_events; in the controller, Memories.waiting_told).
+Told = Callable[[str], "tuple[str, str] | None"]
+_WAIT_REASONS = frozenset(r.value for r in WaitReason)
+
+
+def told_by_events(events: Iterable[RawObject]) -> dict[str, tuple[str, str]]:
+    """Per pod uid, the latest Warning event gpuclaimctl posted with a
+    waiting reason: why a pod waits when no claim can carry a Waiting
+    condition (a claim that does not exist, or that another pod holds)."""
+    latest: dict[str, tuple[str, str, str]] = {}
+    for e in events:
+        involved = e.get("involvedObject") or {}
+        reason = str(e.get("reason") or "")
+        if e.get("type") != "Warning" or involved.get("kind") != "Pod" or reason not in _WAIT_REASONS:
+            continue
+        if COMPONENT not in ((e.get("source") or {}).get("component"), e.get("reportingComponent")):
+            continue
+        uid = str(involved.get("uid") or "")
+        at = str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "")
+        if uid and (uid not in latest or at >= latest[uid][0]):
+            latest[uid] = (at, reason, str(e.get("message") or ""))
+    return {uid: (reason, message) for uid, (_, reason, message) in latest.items()}
+
+
+def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject],
+                 told: Told | None = None) -> list[WaitingPod]:
+    """Gated pods, oldest first, each with why it waits: the Waiting
+    condition of its first claim that has one, else what the controller
+    last told the pod (`told`), else Pending (not processed yet)."""
     by_name = {
         ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
         for c in claims
@@ -234,6 +265,10 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject]) -> list
                 if found is not None:
                     reason, message = found
                     break
+            else:
+                said = told(str(meta.get("uid") or "")) if told is not None else None
+                if said is not None:
+                    reason, message = said
         out.append(WaitingPod(namespace, name, parse_time(meta.get("creationTimestamp")), reason, message))
     # Oldest first, as the controller serves them; no timestamp sorts last.
     far = datetime.max.replace(tzinfo=timezone.utc)
@@ -295,6 +330,7 @@ def render(
     pods: Iterable[RawObject],
     now: datetime,
     budgets: Iterable[RawObject] = (),
+    told: Told | None = None,
 ) -> str:
     """The status text for one snapshot. Pure: `now` only ages the pods.
 
@@ -304,7 +340,7 @@ def render(
     nodes, classes, claims, pods = list(nodes), list(classes), list(claims), list(pods)
     gpus = gpu_rows(nodes, classes, claims, pods)
     phases = phase_rows(classes, claims)
-    waiting = waiting_pods(pods, claims)
+    waiting = waiting_pods(pods, claims, told)
     per_limit = budget_rows(budgets, claims, waiting)
     sections = [
         _section(
@@ -361,6 +397,7 @@ class Snapshot:
     claims: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     budgets: list[dict[str, Any]]
+    told: dict[str, tuple[str, str]]
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
@@ -386,12 +423,16 @@ def read(api: client.ApiClient) -> Snapshot:
         except NotFound:
             budgets = []  # installed before GPUBudgets existed: no namespace is limited
         pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
+        try:
+            told = told_by_events(kube.list_all(api, "/api/v1/events", [("fieldSelector", _OUR_WARNINGS)]))
+        except ApiError:
+            told = {}  # events are a nicety: a user who may not list them gets the rest
     except ApiError as e:
         raise StatusError(f"the API server refused a list: {_one_line(e)}") from None
     except (urllib3.exceptions.HTTPError, OSError) as e:
         host = api.configuration.host
         raise StatusError(f"cannot reach the API server at {host}: {_one_line(e)}") from None
-    return Snapshot(nodes, classes, claims, pods, budgets)
+    return Snapshot(nodes, classes, claims, pods, budgets, told)
 
 
 def main(kubeconfig: str | None, context: str | None) -> int:
@@ -404,5 +445,5 @@ def main(kubeconfig: str | None, context: str | None) -> int:
         click.echo(f"gpuclaimctl status: {e}", err=True)
         return 1
     click.echo(render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc),
-                      snap.budgets), nl=False)
+                      snap.budgets, snap.told.get), nl=False)
     return 0

@@ -267,6 +267,9 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     if r.said is not None:
         since = f" (since {_when(r.said.since, r.read_at)})" if r.said.since else ""
         lines.append(f"The controller says{since}: {r.said.reason}: {r.said.message}")
+    elif r.warned is not None:
+        lines.append("The controller says: no Waiting condition on the claims (none it could write: missing, "
+                     "refused or another pod's); its warning event tells why")
     else:
         lines.append("The controller says: nothing yet (no Waiting condition on the claims: not processed, "
                      "or being placed)")

@@ -72,6 +72,11 @@ class Memories:
     # The last waiting reason each pod (its uid: told_key) was warned
     # of (one Warning event per change).
     last_warning: LockedCache[str, str] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # The reason and message each waiting pod (told_key) was last told or
+    # would be told again: gpuclaimctl_pods_waiting's reason for a pod with
+    # no claim to carry a Waiting condition (one missing, or another's).
+    waiting_told: LockedCache[str, tuple[str, str]] = field(
+        default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # What each pod waiting with reason Capacity needs on one node (resource
     # -> GPUs of its claims not yet bound): GPUs freed on a node with less
     # than that free cannot let it fit, so they do not wake it (see

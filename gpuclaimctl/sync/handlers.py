@@ -160,6 +160,7 @@ class Handlers:
         self.ctx.memories.deleted_pods[pod["metadata"].get("uid", "")] = True
         self.woke_by(lambda: self.view.delete_pod(pod))
         self.ctx.memories.last_warning.pop(told_key(pod), None)
+        self.ctx.memories.waiting_told.pop(told_key(pod), None)
         self.ctx.memories.capacity_needs.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
 

@@ -258,6 +258,7 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
             ctx.metrics.observe_release(meta.get("namespace", ""),
                                         max(0.0, (ctx.now() - created_at).total_seconds()))
     ctx.memories.last_warning.pop(told_key(pod), None)
+    ctx.memories.waiting_told.pop(told_key(pod), None)
     # Debug, not info: a line per pod was 3 % of the controller's CPU; the
     # Placed event and gpuclaimctl_placements_total tell the same.
     log.debug("released pod on node", extra={"pod": key, "node": decision.node})
@@ -476,6 +477,7 @@ def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: s
     its own."""
     key = keys.key_of(pod)
     said = str(reason) if told is None else told
+    ctx.memories.waiting_told[told_key(pod)] = (str(reason), message)
     if ctx.memories.last_warning.get(told_key(pod)) == said:
         return
     ctx.memories.last_warning[told_key(pod)] = said
