@@ -666,14 +666,14 @@ class Controller:
     def __init__(self, kubeconfig: str, log: Path, workers: int = 4) -> None:
         self.kubeconfig, self.log, self.workers = kubeconfig, log, workers
         self.popen: subprocess.Popen[bytes] | None = None
-        self.health_port = 0
+        self.health_port = self.metrics_port = 0
         self.starts = 0
 
     def start(self) -> None:
-        self.health_port = free_port()
+        self.health_port, self.metrics_port = free_port(), free_port()
         argv = [sys.executable, "-m", "gpuclaimctl", "run", "--kubeconfig", self.kubeconfig,
                 "--no-leader-elect", "--workers", str(self.workers),
-                "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+                "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
                 "--health-bind-address", f"127.0.0.1:{self.health_port}",
                 # No webhook configurations point here (tests/test_webhook_plane.py serves one).
                 "--webhook-bind-address", "0",
@@ -695,6 +695,16 @@ class Controller:
                 return bool(r.status == 200)
         except (urllib.error.URLError, OSError):
             return False
+
+    def leading(self) -> bool:
+        """leader_election_master_status says 1: the one writer of a run
+        without leader election leads (GPUClaimCtlNoLeader must not fire)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as r:
+                body = r.read().decode()
+        except (urllib.error.URLError, OSError):
+            return False
+        return 'leader_election_master_status{name="gpuclaimctl"} 1.0' in body
 
     def wait_ready(self) -> None:
         wait_for(self.ready, timeout=READY_TIMEOUT, interval=0.1,
@@ -1085,6 +1095,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         for j in range(JOBS):
             run.create_job(namespace, f"job{j}")
         run.event(f"{INITIAL_PODS} pods and {JOBS} jobs created")
+        wait_for(ctl.leading, timeout=READY_TIMEOUT, interval=0.2,
+                 message="leader_election_master_status 1 without leader election")
 
         plan = sorted([
             (class_delete_at, "delete-class"), (class_back_at, "recreate-class"),

@@ -177,6 +177,7 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     factory, controller = build(api_client, options, registry, fence=fence, recorder=recorder)
 
     elector: LeaderElector | None = None
+    leader_metrics = LeaderElectionMetrics(registry)
     if options.leader_elect:
         elector = LeaderElector.on_lease(
             LeaderElectionConfig(options.lease_name, options.lease_namespace,
@@ -184,7 +185,7 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
                                  lease_duration=options.lease_duration,
                                  renew_deadline=options.renew_deadline,
                                  retry_period=options.retry_period),
-            api_client, metrics=LeaderElectionMetrics(registry), fence=fence)
+            api_client, metrics=leader_metrics, fence=fence)
 
     def caches_synced() -> None:
         if not controller.has_synced():
@@ -237,7 +238,14 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
         if elector is None:
             if not _wait_synced(controller, stop) or not _catch_up(controller, stop):
                 return 0 if stop.is_set() else 1
-            controller.run(options.workers, stop)
+            # The one writer leads while its workers run: the gauge says so,
+            # or GPUClaimCtlNoLeader would page for a single replica run
+            # with --no-leader-elect.
+            leader_metrics.leader_on(options.lease_name)
+            try:
+                controller.run(options.workers, stop)
+            finally:
+                leader_metrics.leader_off(options.lease_name)
             recorder.flush(event_flush_budget(fence))
             return 0
 
