@@ -1209,3 +1209,18 @@ def test_a_claim_being_deleted_is_synced_at_once() -> None:
     assert "claim:team/shared" in s.ctl.queue.ready
     s.sync("claim:team/shared")
     assert s.fake.get(CLAIMS, NS, "shared") is None
+
+
+def test_the_placed_and_invalid_annotation_events_say_each_thing_once() -> None:
+    s = Story(nodes=(4,))
+    s.pod("ok", [{"name": "g", "className": "alpha", "count": 1}])
+    s.pod("bad", [{"name": "g", "className": "alpha", "count": 0}])
+    s.see_all()
+    s.sync("pod:team/ok")
+    s.sync("pod:team/bad")
+    said = {(e.involved, e.reason): e.message for e in s.fake.events}
+    placed = said[f"Pod/{NS}/ok", "Placed"]
+    assert placed.count("placed on node n0") == 1, placed
+    assert placed.startswith("GPUClaim ok-g (1"), placed
+    invalid = said[f"Pod/{NS}/bad", str(api.WaitReason.INVALID_CLAIMS)]
+    assert invalid.count("is invalid") == 1 and invalid.startswith(f"annotation {api.CLAIMS_ANNOTATION}"), invalid

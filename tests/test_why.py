@@ -494,7 +494,7 @@ def test_why_on_the_real_plane_explains_a_waiting_pod_then_where_the_released_on
         created = datetime.fromisoformat(doc["created"])
         released = datetime.fromisoformat(rel["releasedAt"])
         assert created <= released <= datetime.now(UTC)
-        assert rel["placedEvent"]["message"].startswith(f"GPU claims placed on node {big}")
+        assert f"placed on node {big}" in rel["placedEvent"]["message"]
         assert doc["claims"] == [{"name": "small-g", "className": cls, "count": 2, "phase": "Bound",
                                   "node": big, "exists": True}]
         # The huge pod now sees 2 GPUs taken on the small node.

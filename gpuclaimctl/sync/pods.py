@@ -114,8 +114,8 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     try:
         entries = pod_claims(pod)
     except PodClaimsError as e:
-        _warn_waiting(ctx, pod, api.WaitReason.INVALID_CLAIMS, f"the {api.CLAIMS_ANNOTATION} "
-              f"annotation is invalid: {e}")
+        # str(e) says which annotation and why ("annotation ... is invalid: ...").
+        _warn_waiting(ctx, pod, api.WaitReason.INVALID_CLAIMS, str(e))
         return
     # Only nodes every bound volume reaches (the scheduler would refuse others).
     info = PodInfo.from_api(pod, volumes=volume_constraints(pod, ctx.pvcs.get, ctx.pvs.get))
@@ -262,8 +262,9 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
     # Debug, not info: a line per pod was 3 % of the controller's CPU; the
     # Placed event and gpuclaimctl_placements_total tell the same.
     log.debug("released pod on node", extra={"pod": key, "node": decision.node})
-    ctx.writer.event(_pod_ref(pod), "Normal", "Placed",
-                     f"GPU claims placed on node {decision.node}: {decision.message}")
+    # The decision's message names the claims and the node ("GPUClaim ...
+    # placed on node ...").
+    ctx.writer.event(_pod_ref(pod), "Normal", "Placed", decision.message)
 
 
 def _let_go_of_deleted(ctx: SyncContext, pod: Obj, raw: Mapping[str, Mapping[str, Any]]) -> bool:
