@@ -319,6 +319,11 @@ def test_prometheus_rule_watches_the_lease_the_chart_names(helm: list[str]) -> N
                        "leaderElection.leaseName=gpu-leader"), "PrometheusRule")
     exprs = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert 'leader_election_master_status{name="gpu-leader"}' in exprs["GPUClaimCtlNoLeader"]
+    # Without leader election the process reports leading under the default name.
+    rule = only(render(helm, "monitoring.prometheusRule.enabled=true", "leaderElection.enabled=false",
+                       "replicas=1", "leaderElection.leaseName=gpu-leader"), "PrometheusRule")
+    exprs = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert 'leader_election_master_status{name="gpuclaimctl"}' in exprs["GPUClaimCtlNoLeader"]
 
 
 def test_chart_files_are_copies_of_deploys() -> None:
