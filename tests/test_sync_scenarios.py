@@ -883,7 +883,8 @@ def test_a_new_waiting_pod_synced_again_before_the_cache_shows_its_waiting_sends
 def test_a_waiting_write_that_meets_a_newer_claim_is_tried_again_without_failing_the_sync() -> None:
     """The cache lags someone else's change of the claim, and the pod's
     reason changed: the Waiting write is refused (409). The sync does not
-    fail; the pod is decided again shortly, from the newer version."""
+    fail; the pod is decided again shortly, from the newer version. A
+    second 409 in a row fails the sync, which then backs off."""
     s = Story(nodes=(4,))
     _fill_and_wait(s, {"second": 4})
     claim = next(c for c in s.fake.list(CLAIMS).items
@@ -895,6 +896,11 @@ def test_a_waiting_write_that_meets_a_newer_claim_is_tried_again_without_failing
     s.sync("pod:team/second")
     assert not s.ctl.queue.failures
     assert "pod:team/second" in s.ctl.queue.delayed
+    # Still behind a second later (a watch down): the sync fails, to back off.
+    s.t += 2.0
+    s.ctl.queue.promote()
+    s.sync("pod:team/second")
+    assert s.ctl.queue.failures == {"pod:team/second": 1}
     s.see_all()
     s.t += 2.0
     s.ctl.queue.promote()

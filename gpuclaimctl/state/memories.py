@@ -23,6 +23,8 @@ SET_REJECTIONS_REMEMBERED = 10_000
 # free on a node: 3") is written at most this often: with a thousand pods
 # waiting, every freed GPU would otherwise cost a thousand status writes.
 WAITING_MESSAGE_REFRESH = 30.0
+# Seconds a Waiting write's 409 is remembered (Memories.waiting_conflicts).
+WAITING_CONFLICT_REMEMBERED = 120.0
 # A claim create the API server refused as invalid (400, 422) is not sent
 # again with the same body for this long: a waiting pod is woken by every
 # GPU freed anywhere, and each wake re-sent a create bound to be refused
@@ -88,6 +90,10 @@ class Memories:
     # resourceVersion the write was answered with (sync.pods._waiting).
     waiting_written: LockedCache[str, tuple[api.WaitReason, int]] = field(default_factory=lambda: LockedCache(
         TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_MESSAGE_REFRESH)))
+    # Claims (uid) whose last Waiting write met a newer version (409) and
+    # was retried without failing the sync; the next 409 fails it.
+    waiting_conflicts: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
+        TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_CONFLICT_REMEMBERED)))
     # Claim creates refused as invalid: body digest -> (status, reason,
     # message) of the refusal (sync.pods._create).
     refused_creates: LockedCache[str, tuple[int, str, str]] = field(default_factory=lambda: LockedCache(

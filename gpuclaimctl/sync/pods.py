@@ -447,11 +447,16 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
             # shared claim, a write of ours it does not show yet). Nothing
             # was decided from it but what to say, and a claim's update
             # that changes only its Waiting syncs no pod: look again once
-            # the cache has it, without failing the sync.
+            # the cache has it, without failing the sync. Once only: a cache
+            # still behind then (a watch down) fails the sync, to back off.
+            if ctx.memories.waiting_conflicts.pop(uid) is not None:
+                raise
+            ctx.memories.waiting_conflicts[uid] = True
             log.debug("a claim changed since it was read; its Waiting is written again shortly",
                       extra={"pod": keys.key_of(pod), "claim": name})
             ctx.enqueue_after(POD + keys.key_of(pod), _WAITING_CONFLICT_RETRY)
             continue
+        ctx.memories.waiting_conflicts.pop(uid)
         ctx.memories.waiting_written[uid] = (wait.reason, parse_rv(written["metadata"].get("resourceVersion")))
     _warn_waiting(ctx, pod, decision.reason, decision.message, counted=True)
     # A rejection that runs out can let the set fit: look again then. Those
