@@ -197,3 +197,19 @@ def test_the_controller_gauges_a_waiting_pod_by_reason_and_times_a_release_in_it
                  timeout=30, message=f"one release observed in namespace {namespace}")
     finally:
         cluster.cleanup()
+
+
+def test_a_standby_exports_no_waiting_pods() -> None:
+    """What the leader told a pod is in its memory alone: a standby would
+    say Pending ("not processed") of it, and the alert on Pending would fire."""
+    from gpuclaimctl.client.fence import WriteFence
+    from gpuclaimctl.cmd.app import pod_waits
+
+    class NotRead:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"a standby read the controller's {name}")
+
+    assert pod_waits(NotRead(), WriteFence(lease_required=True)) == []  # type: ignore[arg-type]
+    closed = WriteFence()
+    closed.close()
+    assert pod_waits(NotRead(), closed) == []  # type: ignore[arg-type]

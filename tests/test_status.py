@@ -28,6 +28,8 @@ from gpuclaimctl.model.api import (
     CLASS_PLURAL,
     GROUP,
     SCHEDULING_GATE,
+    TEMPLATE_CLAIM_LABEL,
+    TEMPLATE_CLAIM_LABEL_VALUE,
     VERSION,
 )
 from gpuclaimctl.client.kube import request_json
@@ -82,6 +84,15 @@ def claim(name: str, class_name: str, count: int, *, ns: str = "team", phase: st
                              "message": waiting[1], "lastTransitionTime": "2025-06-01T11:00:00Z"}]
     return {"metadata": {"name": name, "namespace": ns}, "spec": {"className": class_name, "count": count},
             "status": st}
+
+
+def owned_claim(name: str, pod: str) -> dict[str, Any]:
+    """A claim made for pod `pod` (gated_pod's uid) from its template or inline entry."""
+    c = claim(name, "a100", 1)
+    c["metadata"]["labels"] = {TEMPLATE_CLAIM_LABEL: TEMPLATE_CLAIM_LABEL_VALUE}
+    c["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": f"uid-{pod}",
+                                         "controller": True}]
+    return c
 
 
 def budget(name: str, limits: dict[str, int], *, ns: str = "team") -> dict[str, Any]:
@@ -322,12 +333,15 @@ def test_an_annotation_that_is_not_json_shows_the_parse_error_on_one_line() -> N
 
 
 @pytest.mark.parametrize(
-    "claims",
-    [[], [claim("c", "a100", 1)], [claim("c", "a100", 1, waiting=("Capacity", "old"), waiting_status="False")]],
+    ("entry", "claims"),
+    [({"name": "gpu", "className": "a100", "count": 1}, []),
+     ({"name": "gpu", "claim": "c"}, [claim("c", "a100", 1)]),
+     ({"name": "gpu", "claim": "c"}, [claim("c", "a100", 1, waiting=("Capacity", "old"), waiting_status="False")])],
     ids=["claim-not-created-yet", "claim-without-conditions", "waiting-condition-false"],
 )
-def test_a_pod_no_claim_explains_is_pending_not_yet_processed(claims: list[dict[str, Any]]) -> None:
-    pods = [gated_pod("new", [{"name": "gpu", "claim": "c"}])]
+def test_a_pod_no_claim_explains_is_pending_not_yet_processed(entry: dict[str, Any],
+                                                               claims: list[dict[str, Any]]) -> None:
+    pods = [gated_pod("new", [entry])]
     rows = section(render([], [], claims, pods, NOW), "Waiting pods") or []
     assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("Pending", "not yet processed")]
 
@@ -339,27 +353,48 @@ def warning(pod: str, reason: str, message: str, at: str, *, component: str = "g
             "source": {"component": component}, "reportingComponent": component}
 
 
-def test_a_pod_whose_claim_does_not_exist_shows_what_the_controller_last_told_it() -> None:
-    """No claim to carry a Waiting condition (ClaimMissing, or a claim
-    another pod holds): the pod's latest Warning event from gpuclaimctl with
-    a waiting reason says why, not "not yet processed"."""
+def test_a_claim_the_pod_cannot_use_is_told_as_the_controller_resolves_it() -> None:
+    """No claim to carry a Waiting condition: a GPUClaim or GPUClaimTemplate
+    that does not exist, another pod's template claim. Read from the objects
+    alone, so every replica and `gpuclaimctl status` say the same."""
+    theirs = owned_claim("train-gpu", "train")
+    pods = [gated_pod("missing", [{"name": "gpu", "claim": "nosuch"}], age=timedelta(minutes=4)),
+            gated_pod("steal", [{"name": "gpu", "claim": "train-gpu"}], age=timedelta(minutes=3)),
+            gated_pod("notemplate", [{"name": "gpu", "template": "t-x"}], age=timedelta(minutes=2))]
+    rows = section(render([], [], [theirs], pods, NOW, templates=[]), "Waiting pods") or []
+    said = {r["NAMESPACE/NAME"]: (r["REASON"], r["MESSAGE"]) for r in rows}
+    assert said["team/missing"] == ("ClaimMissing", "GPUClaim 'nosuch' does not exist in team")
+    assert said["team/steal"][0] == "ClaimInUse" and "'train'" in said["team/steal"][1]
+    assert said["team/notemplate"] == ("ClaimMissing", "GPUClaimTemplate 't-x' does not exist in team")
+    # Templates not known (not listed): a template entry is never said to be missing.
+    rows = section(render([], [], [theirs], pods, NOW), "Waiting pods") or []
+    assert [r["REASON"] for r in rows] == ["ClaimMissing", "ClaimInUse", "Pending"]
+
+
+def test_a_claim_still_to_be_made_shows_what_the_controller_last_told_the_pod() -> None:
+    """A claim the API server refused to create: the pod's latest Warning
+    event from gpuclaimctl with a waiting reason says why. Once every claim
+    exists, an event is no longer taken as the reason."""
     events = [
         warning("new", "ClassNotFound", "older", "2025-06-01T11:00:00Z"),
-        warning("new", "ClaimMissing", "GPUClaim 'c' does not exist in team", "2025-06-01T11:30:00Z"),
+        warning("new", "ClaimMissing", "refused to create GPUClaim 'new-gpu': 403", "2025-06-01T11:30:00Z"),
         warning("new", "ClaimMissing", "not ours", "2025-06-01T11:50:00Z", component="someone-else"),
         warning("new", "FailedScheduling", "not a waiting reason", "2025-06-01T11:55:00Z"),
         warning("new", "ClaimInUse", "a Normal event", "2025-06-01T11:58:00Z", type_="Normal"),
     ]
     told = statusview.told_by_events(events)
-    assert told == {"uid-new": ("ClaimMissing", "GPUClaim 'c' does not exist in team")}
-    pods = [gated_pod("new", [{"name": "gpu", "claim": "c"}])]
+    assert told == {"uid-new": ("ClaimMissing", "refused to create GPUClaim 'new-gpu': 403")}
+    pods = [gated_pod("new", [{"name": "gpu", "className": "a100", "count": 1}])]
     rows = section(render([], [], [], pods, NOW, told=told.get), "Waiting pods") or []
-    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("ClaimMissing", "GPUClaim 'c' does not exist in team")]
+    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("ClaimMissing", "refused to create GPUClaim 'new-gpu': 403")]
+    made = [owned_claim(template_claim_name("new", "gpu"), "new")]
+    rows = section(render([], [], made, pods, NOW, told=told.get), "Waiting pods") or []
+    assert [r["REASON"] for r in rows] == ["Pending"]
 
 
 def test_a_claim_s_waiting_condition_wins_over_what_an_event_told() -> None:
-    claims = [claim("c", "a100", 1, waiting=("Capacity", "no node has 1 free"))]
-    pods = [gated_pod("new", [{"name": "gpu", "claim": "c"}])]
+    claims = [claim(template_claim_name("new", "gpu"), "a100", 1, waiting=("Capacity", "no node has 1 free"))]
+    pods = [gated_pod("new", [{"name": "gpu", "className": "a100", "count": 1}])]
     told = {"uid-new": ("ClaimMissing", "earlier")}
     rows = section(render([], [], claims, pods, NOW, told=told.get), "Waiting pods") or []
     assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("Capacity", "no node has 1 free")]
@@ -495,12 +530,12 @@ def cluster_objects(api_client: client.ApiClient, crds: list[str], namespace: st
                 CLAIMS_ANNOTATION: json.dumps([{"name": "gpus", "claim": names["claim"]}])}},
             "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}],
                      "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
-        # A pod whose claim does not exist, told so in a Warning event as
-        # the controller's recorder posts one.
+        # A pod whose claim the API server refused to create, told so in a
+        # Warning event as the controller's recorder posts one.
         orphan = request_json(api_client, "POST", f"/api/v1/namespaces/{namespace}/pods", body={
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "orphan", "annotations": {
-                CLAIMS_ANNOTATION: json.dumps([{"name": "gpus", "claim": "nosuchclaim"}])}},
+                CLAIMS_ANNOTATION: json.dumps([{"name": "gpus", "className": names["class"], "count": 1}])}},
             "spec": {"schedulingGates": [{"name": SCHEDULING_GATE}],
                      "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}})
         request_json(api_client, "POST", f"/api/v1/namespaces/{namespace}/events", body={
@@ -508,7 +543,7 @@ def cluster_objects(api_client: client.ApiClient, crds: list[str], namespace: st
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "orphan",
                                "uid": orphan["metadata"]["uid"]},
             "type": "Warning", "reason": "ClaimMissing",
-            "message": f"GPUClaim 'nosuchclaim' does not exist in {namespace}",
+            "message": "the API server refused to create GPUClaim 'orphan-gpus': 403 Forbidden: quota",
             "source": {"component": "gpuclaimctl"}, "reportingComponent": "gpuclaimctl",
             "firstTimestamp": "2025-06-01T11:00:00Z", "lastTimestamp": "2025-06-01T11:00:00Z", "count": 1})
         yield names
@@ -542,5 +577,5 @@ def test_status_lists_the_cluster_s_classes_claims_and_waiting_pods(
     assert (pod["REASON"], pod["MESSAGE"]) == ("Capacity", f"no node has 8 free {GPU}")
     orphan = waiting[f"{namespace}/orphan"]
     assert (orphan["REASON"], orphan["MESSAGE"]) == (
-        "ClaimMissing", f"GPUClaim 'nosuchclaim' does not exist in {namespace}")
+        "ClaimMissing", "the API server refused to create GPUClaim 'orphan-gpus': 403 Forbidden: quota")
 

@@ -29,6 +29,8 @@ from gpuclaimctl.model.api import (
     CLAIMS_ANNOTATION,
     PLACED_NODE_ANNOTATION,
     SCHEDULING_GATE,
+    TEMPLATE_CLAIM_LABEL,
+    TEMPLATE_CLAIM_LABEL_VALUE,
     OnCordon,
     Phase,
     Strategy,
@@ -368,6 +370,16 @@ def test_why_a_pod_whose_claim_the_api_server_refuses_says_so_not_that_the_contr
     assert quiet.warned is None and why.refused(quiet) == []
     assert "not created yet: the controller creates it" in why.render_text(quiet)
     assert "The controller says: nothing yet" in why.render_text(quiet)
+    # An older warning about a pod whose claims all exist now: not blamed on them.
+    own = {"metadata": {"name": "trainer-gpu", "namespace": "team", "uid": "c1",
+                        "labels": {TEMPLATE_CLAIM_LABEL: TEMPLATE_CLAIM_LABEL_VALUE},
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "trainer",
+                                             "uid": "uid-trainer", "controller": True}]},
+           "spec": {"className": "a100", "count": 1}, "status": {}}
+    stale = why.build(p, ClusterObjects(nodes=objects.nodes, classes=[CLASS], claims=[own]), NOW,
+                      events=events[:1])
+    assert stale.warned is not None
+    assert "The controller says: nothing yet" in why.render_text(stale)
 
 
 def test_why_a_released_pod_says_where_it_went_and_when() -> None:

@@ -153,17 +153,25 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
                             shutdown_timeout=options.shutdown_timeout)
     metrics.set_state(controller.state_sample)
-    metrics.set_waiting(lambda: pod_waits(controller))
+    metrics.set_waiting(lambda: pod_waits(controller, fence))
     return factory, controller
 
 
-def pod_waits(controller: Controller) -> list[PodWait]:
+def pod_waits(controller: Controller, fence: WriteFence | None = None) -> list[PodWait]:
     """The gated pods in the controller's caches and why each waits, told
-    as `gpuclaimctl status` tells them (statusview.waiting_pods)."""
+    as `gpuclaimctl status` tells them (statusview.waiting_pods). None from
+    a standby: what the leader told a pod is in the leader's memory alone,
+    and Pending ("not processed") would be said of every such pod."""
+    try:
+        if fence is not None:
+            fence.check()
+    except NotLeader:
+        return []
     pods, claims = controller.gated_pods()
     now = controller.ctx.now()
+    ctx = controller.ctx
     return [PodWait(p.namespace, p.reason, (now - p.created).total_seconds() if p.created else 0.0)
-            for p in waiting_pods(pods, claims, controller.ctx.memories.waiting_told.get)]
+            for p in waiting_pods(pods, claims, ctx.memories.waiting_told.get, ctx.templates.get)]
 
 
 def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int:

@@ -42,17 +42,20 @@ from gpuclaimctl.model.api import (
     CONDITION_WAITING,
     GROUP,
     SCHEDULING_GATE,
+    TEMPLATE_PLURAL,
     VERSION,
     Phase,
     WaitReason,
 )
+from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
+from gpuclaimctl.decide.podplan import Lookup, ToCreate
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.model.budgets import BudgetInfo
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
-from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, UnresolvedClaim, parse_time
+from gpuclaimctl.model.podclaims import ClaimEntry, PodClaimsError, pod_claims
 
 RawObject = Mapping[str, Any]
 
@@ -238,15 +241,26 @@ def told_by_events(events: Iterable[RawObject]) -> dict[str, tuple[str, str]]:
     return {uid: (reason, message) for uid, (_, reason, message) in latest.items()}
 
 
-def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject],
-                 told: Told | None = None) -> list[WaitingPod]:
-    """Gated pods, oldest first, each with why it waits: the Waiting
-    condition of its first claim that has one, else what the controller
-    last told the pod (`told`), else Pending (not processed yet)."""
+def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: Told | None = None,
+                 get_template: Lookup | None = None) -> list[WaitingPod]:
+    """Gated pods, oldest first, each with why it waits:
+    - the Waiting condition of its first claim (annotation order) that has one;
+    - else a claim it cannot use, resolved as the controller resolves it
+      (a GPUClaim or GPUClaimTemplate that does not exist, another pod's
+      claim): the same on every replica, and in `gpuclaimctl status`;
+    - else, while a claim is still to be made, what the controller last told
+      the pod (`told`: a create the API server refused);
+    - else Pending: not processed yet, or being placed.
+    `get_template` (namespace, name) finds GPUClaimTemplates; without it
+    none is known, and a template entry is never said to be missing."""
     by_name = {
         ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
         for c in claims
     }
+
+    def get_claim(namespace: str, name: str) -> Mapping[str, Any] | None:
+        return by_name.get((namespace, name))
+
     out = []
     for pod in pods:
         if not is_gated(pod):
@@ -266,7 +280,7 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject],
                     reason, message = found
                     break
             else:
-                said = told(str(meta.get("uid") or "")) if told is not None else None
+                said = _unusable_or_told(pod, entries, get_claim, get_template, told)
                 if said is not None:
                     reason, message = said
         out.append(WaitingPod(namespace, name, parse_time(meta.get("creationTimestamp")), reason, message))
@@ -323,6 +337,35 @@ def _one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
+def _unusable_or_told(pod: RawObject, entries: Sequence[ClaimEntry], get_claim: Lookup,
+                      get_template: Lookup | None, told: Told | None) -> tuple[str, str] | None:
+    """Why a pod none of whose claims carries a Waiting condition waits, if
+    that can be told (waiting_pods)."""
+    known = get_template if get_template is not None else _ANY_TEMPLATE
+    try:
+        resolved = podplan.resolve(pod, entries, get_claim, known)
+    except (KeyError, TypeError, ValueError):
+        return None  # an object not as the API server makes them
+    for r in resolved:
+        if isinstance(r, UnresolvedClaim):
+            return str(r.reason), r.message
+    if told is not None and any(isinstance(r, ToCreate) for r in resolved):
+        return told(str((pod.get("metadata") or {}).get("uid") or ""))
+    return None
+
+
+def _ANY_TEMPLATE(namespace: str, name: str) -> Mapping[str, Any]:
+    """A lookup that finds every template (none is known to be missing)."""
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+
+
+def _lookup(objects: Iterable[RawObject]) -> Lookup:
+    """(namespace, name) -> the object, of `objects`."""
+    by_name = {((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", "")): o
+               for o in objects}
+    return lambda namespace, name: by_name.get((namespace, name))
+
+
 def render(
     nodes: Iterable[RawObject],
     classes: Iterable[RawObject],
@@ -331,6 +374,7 @@ def render(
     now: datetime,
     budgets: Iterable[RawObject] = (),
     told: Told | None = None,
+    templates: Iterable[RawObject] | None = None,
 ) -> str:
     """The status text for one snapshot. Pure: `now` only ages the pods.
 
@@ -340,7 +384,7 @@ def render(
     nodes, classes, claims, pods = list(nodes), list(classes), list(claims), list(pods)
     gpus = gpu_rows(nodes, classes, claims, pods)
     phases = phase_rows(classes, claims)
-    waiting = waiting_pods(pods, claims, told)
+    waiting = waiting_pods(pods, claims, told, None if templates is None else _lookup(templates))
     per_limit = budget_rows(budgets, claims, waiting)
     sections = [
         _section(
@@ -398,6 +442,7 @@ class Snapshot:
     pods: list[dict[str, Any]]
     budgets: list[dict[str, Any]]
     told: dict[str, tuple[str, str]]
+    templates: list[dict[str, Any]]
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
@@ -422,6 +467,7 @@ def read(api: client.ApiClient) -> Snapshot:
             budgets = kube.list_all(api, f"{base}/{BUDGET_PLURAL}")
         except NotFound:
             budgets = []  # installed before GPUBudgets existed: no namespace is limited
+        templates = kube.list_all(api, f"{base}/{TEMPLATE_PLURAL}")
         pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
         try:
             told = told_by_events(kube.list_all(api, "/api/v1/events", [("fieldSelector", _OUR_WARNINGS)]))
@@ -432,7 +478,7 @@ def read(api: client.ApiClient) -> Snapshot:
     except (urllib3.exceptions.HTTPError, OSError) as e:
         host = api.configuration.host
         raise StatusError(f"cannot reach the API server at {host}: {_one_line(e)}") from None
-    return Snapshot(nodes, classes, claims, pods, budgets, told)
+    return Snapshot(nodes, classes, claims, pods, budgets, told, templates)
 
 
 def main(kubeconfig: str | None, context: str | None) -> int:
@@ -445,5 +491,5 @@ def main(kubeconfig: str | None, context: str | None) -> int:
         click.echo(f"gpuclaimctl status: {e}", err=True)
         return 1
     click.echo(render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc),
-                      snap.budgets, snap.told.get), nl=False)
+                      snap.budgets, snap.told.get, snap.templates), nl=False)
     return 0

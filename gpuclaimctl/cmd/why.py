@@ -36,7 +36,7 @@ from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
 from gpuclaimctl.model import keys
 from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
-from gpuclaimctl.model.snapshot import format_time, parse_time
+from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time
 
 Obj = Mapping[str, Any]
 
@@ -267,7 +267,7 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     if r.said is not None:
         since = f" (since {_when(r.said.since, r.read_at)})" if r.said.since else ""
         lines.append(f"The controller says{since}: {r.said.reason}: {r.said.message}")
-    elif r.warned is not None:
+    elif r.warned is not None and (not_made or any(isinstance(c, UnresolvedClaim) for c in out.claims)):
         lines.append("The controller says: no Waiting condition on the claims (none it could write: missing, "
                      "refused or another pod's); its warning event tells why")
     else:
