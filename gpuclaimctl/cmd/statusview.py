@@ -442,7 +442,7 @@ class Snapshot:
     pods: list[dict[str, Any]]
     budgets: list[dict[str, Any]]
     told: dict[str, tuple[str, str]]
-    templates: list[dict[str, Any]]
+    templates: list[dict[str, Any]] | None
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
@@ -467,7 +467,10 @@ def read(api: client.ApiClient) -> Snapshot:
             budgets = kube.list_all(api, f"{base}/{BUDGET_PLURAL}")
         except NotFound:
             budgets = []  # installed before GPUBudgets existed: no namespace is limited
-        templates = kube.list_all(api, f"{base}/{TEMPLATE_PLURAL}")
+        try:
+            templates: list[dict[str, Any]] | None = kube.list_all(api, f"{base}/{TEMPLATE_PLURAL}")
+        except ApiError:
+            templates = None  # not listable: no template entry is said to be missing
         pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
         try:
             told = told_by_events(kube.list_all(api, "/api/v1/events", [("fieldSelector", _OUR_WARNINGS)]))
