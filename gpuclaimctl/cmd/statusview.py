@@ -253,14 +253,7 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: T
     - else Pending: not processed yet, or being placed.
     `get_template` (namespace, name) finds GPUClaimTemplates; without it
     none is known, and a template entry is never said to be missing."""
-    by_name = {
-        ((c.get("metadata") or {}).get("namespace", ""), (c.get("metadata") or {}).get("name", "")): c
-        for c in claims
-    }
-
-    def get_claim(namespace: str, name: str) -> Mapping[str, Any] | None:
-        return by_name.get((namespace, name))
-
+    get_claim = _lookup(claims)
     out = []
     for pod in pods:
         if not is_gated(pod):
@@ -274,7 +267,7 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: T
             reason, message = WaitReason.INVALID_CLAIMS.value, str(e)
         else:
             for entry in entries:
-                claim = by_name.get((namespace, entry.claim_name(name)))
+                claim = get_claim(namespace, entry.claim_name(name))
                 found = waiting_condition(claim) if claim is not None else None
                 if found is not None:
                     reason, message = found
