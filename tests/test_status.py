@@ -86,9 +86,9 @@ def claim(name: str, class_name: str, count: int, *, ns: str = "team", phase: st
             "status": st}
 
 
-def owned_claim(name: str, pod: str) -> dict[str, Any]:
+def owned_claim(name: str, pod: str, **kw: Any) -> dict[str, Any]:
     """A claim made for pod `pod` (gated_pod's uid) from its template or inline entry."""
-    c = claim(name, "a100", 1)
+    c = claim(name, "a100", 1, **kw)
     c["metadata"]["labels"] = {TEMPLATE_CLAIM_LABEL: TEMPLATE_CLAIM_LABEL_VALUE}
     c["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": f"uid-{pod}",
                                          "controller": True}]
@@ -300,8 +300,8 @@ def test_template_entries_are_resolved_to_the_claims_made_for_the_pod() -> None:
     name = template_claim_name("notebook", "gpu")
     claims = [
         claim("notebook-other", "a100", 1, waiting=("Capacity", "not this one")),
-        claim(name, "a100", 1, waiting=("ClassNotFound", "GPUClass 'a100' does not exist")),
-        claim(name, "a100", 1, ns="elsewhere", waiting=("Capacity", "another namespace")),
+        owned_claim(name, "notebook", waiting=("ClassNotFound", "GPUClass 'a100' does not exist")),
+        owned_claim(name, "notebook", ns="elsewhere", waiting=("Capacity", "another namespace")),
     ]
     pods = [gated_pod("notebook", [{"name": "gpu", "className": "a100", "count": 1}])]
     rows = section(render([], [], claims, pods, NOW), "Waiting pods") or []
@@ -392,8 +392,49 @@ def test_a_claim_still_to_be_made_shows_what_the_controller_last_told_the_pod() 
     assert [r["REASON"] for r in rows] == ["Pending"]
 
 
+def test_another_pod_s_claim_is_told_as_in_use_or_taken_whatever_its_own_condition_says() -> None:
+    """Found by a real-plane attack: the first claim with a Waiting condition
+    was shown even when it was another pod's, waiting for its own reason."""
+    train = owned_claim(template_claim_name("train", "gpu"), "train", waiting=("Capacity", "train's wait"))
+    taken = claim(template_claim_name("nt", "g"), "a100", 9, waiting=("Capacity", "user's wait"))
+    notebook = claim("notebook-gpu", "a100", 1, phase="Bound", node_name="n0", reserved_for=["nb"],
+                     waiting=("Capacity", "stale"))
+    pods = [gated_pod("steal", [{"name": "gpu", "claim": template_claim_name("train", "gpu")}],
+                      age=timedelta(minutes=3)),
+            gated_pod("nt", [{"name": "g", "className": "a100", "count": 1}], age=timedelta(minutes=2)),
+            gated_pod("borrow", [{"name": "gpu", "claim": "notebook-gpu"}], age=timedelta(minutes=1))]
+    rows = section(render([], [], [train, taken, notebook], pods, NOW), "Waiting pods") or []
+    said = {r["NAMESPACE/NAME"]: (r["REASON"], r["MESSAGE"]) for r in rows}
+    assert said["team/steal"][0] == "ClaimInUse" and "'train'" in said["team/steal"][1]
+    assert said["team/nt"][0] == "NameTaken"
+    assert said["team/borrow"] == ("ClaimInUse", "GPUClaim notebook-gpu is in use by pod nb; "
+                                                 "a claim serves one pod at a time")
+
+
+def test_a_claim_two_waiting_pods_name_says_one_of_them_so_each_is_told_by_what_it_was_told() -> None:
+    """Found by a real-plane attack: a shared claim's Waiting condition is
+    the reason of whichever pod was decided last."""
+    shared = claim("sh", "a100", 2, waiting=("NodeAffinity", "s1's reason"))
+    pods = [gated_pod("s1", [{"name": "gpu", "claim": "sh"}], age=timedelta(minutes=2)),
+            gated_pod("s2", [{"name": "gpu", "claim": "sh"}], age=timedelta(minutes=1))]
+    told = {"uid-s1": ("NodeAffinity", "s1's reason"), "uid-s2": ("Capacity", "s2's reason")}
+    rows = section(render([], [], [shared], pods, NOW, told=told.get), "Waiting pods") or []
+    assert [(r["REASON"], r["MESSAGE"]) for r in rows] == [("NodeAffinity", "s1's reason"),
+                                                           ("Capacity", "s2's reason")]
+    # Nothing told (a new leader, events gone): the claim's condition for both.
+    rows = section(render([], [], [shared], pods, NOW), "Waiting pods") or []
+    assert [r["REASON"] for r in rows] == ["NodeAffinity", "NodeAffinity"]
+
+
+def test_a_claim_missing_told_earlier_is_not_shown_once_the_claim_exists() -> None:
+    pods = [gated_pod("new", [{"name": "gpu", "claim": "mine"}])]
+    told = {"uid-new": ("ClaimMissing", "GPUClaim 'mine' does not exist in team")}
+    rows = section(render([], [], [claim("mine", "a100", 1)], pods, NOW, told=told.get), "Waiting pods") or []
+    assert [r["REASON"] for r in rows] == ["Pending"]
+
+
 def test_a_claim_s_waiting_condition_wins_over_what_an_event_told() -> None:
-    claims = [claim(template_claim_name("new", "gpu"), "a100", 1, waiting=("Capacity", "no node has 1 free"))]
+    claims = [owned_claim(template_claim_name("new", "gpu"), "new", waiting=("Capacity", "no node has 1 free"))]
     pods = [gated_pod("new", [{"name": "gpu", "className": "a100", "count": 1}])]
     told = {"uid-new": ("ClaimMissing", "earlier")}
     rows = section(render([], [], claims, pods, NOW, told=told.get), "Waiting pods") or []

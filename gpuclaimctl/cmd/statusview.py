@@ -49,13 +49,13 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
-from gpuclaimctl.decide.podplan import Lookup, ToCreate
+from gpuclaimctl.decide.podplan import Found, Lookup, Outdated, ToCreate
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, UnresolvedClaim, parse_time
-from gpuclaimctl.model.podclaims import ClaimEntry, PodClaimsError, pod_claims
+from gpuclaimctl.model.podclaims import ClaimEntry, EntrySource, PodClaimsError, pod_claims
 
 RawObject = Mapping[str, Any]
 
@@ -243,44 +243,111 @@ def told_by_events(events: Iterable[RawObject]) -> dict[str, tuple[str, str]]:
 
 def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: Told | None = None,
                  get_template: Lookup | None = None) -> list[WaitingPod]:
-    """Gated pods, oldest first, each with why it waits:
-    - the Waiting condition of its first claim (annotation order) that has one;
-    - else a claim it cannot use, resolved as the controller resolves it
-      (a GPUClaim or GPUClaimTemplate that does not exist, another pod's
-      claim): the same on every replica, and in `gpuclaimctl status`;
-    - else, while a claim is still to be made, what the controller last told
-      the pod (`told`: a create the API server refused);
-    - else Pending: not processed yet, or being placed.
+    """Gated pods, oldest first, each with why it waits, as the controller's
+    last decision about it says, read from what every replica can see:
+    1. a claim it cannot use, resolved as the pod sync resolves it (a GPUClaim
+       or GPUClaimTemplate that does not exist or is being deleted, another
+       pod's claim, a name taken): the reason decide() puts first;
+    2. else the Waiting condition of its first claim (annotation order) that
+       is its own: a claim no other gated pod names (a shared claim says the
+       reason of whichever pod was decided last);
+    3. else what the controller last told the pod (`told`: the leader's
+       memory, or its Warning events), unless that was a claim it could not
+       use and 1 finds none now (fixed meanwhile: the next decision tells);
+    4. else a shared claim's Waiting condition;
+    5. else Pending: not processed yet, or being placed.
     `get_template` (namespace, name) finds GPUClaimTemplates; without it
     none is known, and a template entry is never said to be missing."""
     get_claim = _lookup(claims)
-    out = []
+    parsed: list[tuple[RawObject, Sequence[ClaimEntry] | PodClaimsError]] = []
+    naming: Counter[tuple[str, str]] = Counter()  # (namespace, claim) -> gated pods naming it
     for pod in pods:
         if not is_gated(pod):
             continue
-        meta = pod.get("metadata") or {}
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        reason, message = NOT_PROCESSED_REASON, NOT_PROCESSED_MESSAGE
         try:
             entries = pod_claims(pod)
         except PodClaimsError as e:
-            reason, message = WaitReason.INVALID_CLAIMS.value, str(e)
+            parsed.append((pod, e))
+            continue
+        parsed.append((pod, entries))
+        meta = pod.get("metadata") or {}
+        for entry in entries:
+            if entry.source is EntrySource.CLAIM:
+                naming[meta.get("namespace", ""), entry.claim_name(meta.get("name", ""))] += 1
+    out = []
+    for pod, got in parsed:
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        if isinstance(got, PodClaimsError):
+            reason, message = WaitReason.INVALID_CLAIMS.value, str(got)
         else:
-            for entry in entries:
-                claim = get_claim(namespace, entry.claim_name(name))
-                found = waiting_condition(claim) if claim is not None else None
-                if found is not None:
-                    reason, message = found
-                    break
-            else:
-                said = _unusable_or_told(pod, entries, get_claim, get_template, told)
-                if said is not None:
-                    reason, message = said
+            reason, message = _why_waiting(pod, got, get_claim, get_template, told, naming) \
+                or (NOT_PROCESSED_REASON, NOT_PROCESSED_MESSAGE)
         out.append(WaitingPod(namespace, name, parse_time(meta.get("creationTimestamp")), reason, message))
     # Oldest first, as the controller serves them; no timestamp sorts last.
     far = datetime.max.replace(tzinfo=timezone.utc)
     out.sort(key=lambda p: (p.created or far, p.namespace, p.name))
     return out
+
+
+def _why_waiting(pod: RawObject, entries: Sequence[ClaimEntry], get_claim: Lookup, get_template: Lookup | None,
+                 told: Told | None, naming: Mapping[tuple[str, str], int]) -> tuple[str, str] | None:
+    """waiting_pods' reason for one pod with a valid annotation, or None."""
+    meta = pod.get("metadata") or {}
+    namespace, uid = meta.get("namespace", ""), str(meta.get("uid") or "")
+    try:
+        resolved = podplan.resolve(pod, entries, get_claim, get_template or _ANY_TEMPLATE)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None  # an object not as the API server makes them
+    problems: list[tuple[WaitReason, str]] = []
+    own: list[Mapping[str, Any]] = []
+    shared: list[Mapping[str, Any]] = []
+    for entry, r in zip(entries, resolved):
+        if isinstance(r, UnresolvedClaim):
+            problems.append((r.reason, r.message))
+        elif isinstance(r, Outdated):
+            problems.append((WaitReason.CLAIM_MISSING, r.message))
+        elif isinstance(r, Found):
+            problem = _unusable(r.claim, uid)
+            if problem is not None:
+                problems.append(problem)
+            elif naming.get((namespace, entry.claim_name(meta.get("name", ""))), 0) > 1:
+                shared.append(r.claim)
+            else:
+                own.append(r.claim)
+    if problems:
+        problems.sort(key=lambda p: _UNUSABLE_ORDER.index(p[0]) if p[0] in _UNUSABLE_ORDER else len(_UNUSABLE_ORDER))
+        return str(problems[0][0]), "; ".join(m for _, m in problems)
+    for claim in own:
+        if (found := waiting_condition(claim)) is not None:
+            return found
+    said = told(uid) if told is not None else None
+    if said is not None and (said[0] not in _UNUSABLE_REASONS or (
+            said[0] == WaitReason.CLAIM_MISSING and any(isinstance(r, ToCreate) for r in resolved))):
+        return said
+    for claim in shared:
+        if (found := waiting_condition(claim)) is not None:
+            return found
+    return None
+
+
+# The reasons of a claim a pod cannot use, first first (decide's order).
+_UNUSABLE_ORDER = (WaitReason.CLAIM_MISSING, WaitReason.NAME_TAKEN, WaitReason.CLAIM_IN_USE)
+_UNUSABLE_REASONS = frozenset(str(r) for r in _UNUSABLE_ORDER)
+
+
+def _unusable(claim: Mapping[str, Any], pod_uid: str) -> tuple[WaitReason, str] | None:
+    """Why a claim the pod names cannot serve it now, as decide() checks it:
+    being deleted, or reserved by another pod."""
+    meta, status = claim.get("metadata") or {}, claim.get("status") or {}
+    name = meta.get("name", "")
+    if meta.get("deletionTimestamp"):
+        return WaitReason.CLAIM_MISSING, f"GPUClaim {name} is being deleted"
+    others = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping) and r.get("uid") != pod_uid]
+    if others:
+        return (WaitReason.CLAIM_IN_USE,
+                f"GPUClaim {name} is in use by pod {others[0].get('name')}; a claim serves one pod at a time")
+    return None
 
 
 # --- text ---------------------------------------------------------------------
@@ -328,23 +395,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 
 def _one_line(value: object) -> str:
     return " ".join(str(value).split())
-
-
-def _unusable_or_told(pod: RawObject, entries: Sequence[ClaimEntry], get_claim: Lookup,
-                      get_template: Lookup | None, told: Told | None) -> tuple[str, str] | None:
-    """Why a pod none of whose claims carries a Waiting condition waits, if
-    that can be told (waiting_pods)."""
-    known = get_template if get_template is not None else _ANY_TEMPLATE
-    try:
-        resolved = podplan.resolve(pod, entries, get_claim, known)
-    except (KeyError, TypeError, ValueError):
-        return None  # an object not as the API server makes them
-    for r in resolved:
-        if isinstance(r, UnresolvedClaim):
-            return str(r.reason), r.message
-    if told is not None and any(isinstance(r, ToCreate) for r in resolved):
-        return told(str((pod.get("metadata") or {}).get("uid") or ""))
-    return None
 
 
 def _ANY_TEMPLATE(namespace: str, name: str) -> Mapping[str, Any]:
