@@ -880,6 +880,28 @@ def test_a_new_waiting_pod_synced_again_before_the_cache_shows_its_waiting_sends
     assert claim is not None and "4" in _waiting_message(claim)
 
 
+def test_a_set_s_claim_made_by_an_earlier_sync_is_not_made_again_while_the_cache_lacks_it() -> None:
+    """Found by a real-plane attack: the first claim's create event synced
+    the pod again before the second claim was in the cache; its create was
+    AlreadyExists and failed the sync, for every new waiting pod of two
+    entries. The sync that made a claim remembers it until the informer
+    shows it."""
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {})
+    s.pod("rep", [{"name": "g", "className": "alpha", "count": 7}, {"name": "h", "className": "alpha", "count": 1}])
+    s.see_all()
+    s.sync("pod:team/rep")
+    s.ctl.informers[CLAIMS].deliver(1)  # rep-g's create, not rep-h's
+    assert "pod:team/rep" in s.ctl.queue.ready
+    creates = []
+    s.fake.before_write = lambda m, b: creates.append(b["metadata"]["name"]) if m == "create_claim" else None
+    s.sync("pod:team/rep")
+    assert creates == [] and not s.ctl.queue.failures, s.log[-3:]
+    s.fake.before_write = None
+    s.see_all()
+    assert not s.ctl.ctx.memories.made_claims.get(f"{NS}/rep-h")  # the informer showed it
+
+
 def test_a_waiting_write_that_meets_a_newer_claim_is_tried_again_without_failing_the_sync() -> None:
     """The cache lags someone else's change of the claim, and the pod's
     reason changed: the Waiting write is refused (409). The sync does not

@@ -23,6 +23,9 @@ SET_REJECTIONS_REMEMBERED = 10_000
 # free on a node: 3") is written at most this often: with a thousand pods
 # waiting, every freed GPU would otherwise cost a thousand status writes.
 WAITING_MESSAGE_REFRESH = 30.0
+# Seconds a claim a pod sync made is remembered if the informer never shows
+# it (Memories.made_claims).
+MADE_CLAIM_REMEMBERED = 60.0
 # Seconds a Waiting write's 409 is remembered (Memories.waiting_conflicts).
 WAITING_CONFLICT_REMEMBERED = 120.0
 # A claim create the API server refused as invalid (400, 422) is not sent
@@ -94,6 +97,10 @@ class Memories:
     # was retried without failing the sync; the next 409 fails it.
     waiting_conflicts: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
         TTLCache(maxsize=TOLD_REMEMBERED, ttl=WAITING_CONFLICT_REMEMBERED)))
+    # Claims (namespace/name) a pod sync made, as the create answered, until
+    # the informer shows them (sync.pods._create; Handlers.claim_added).
+    made_claims: LockedCache[str, Mapping[str, Any]] = field(default_factory=lambda: LockedCache(
+        TTLCache(maxsize=TOLD_REMEMBERED, ttl=MADE_CLAIM_REMEMBERED)))
     # Claim creates refused as invalid: body digest -> (status, reason,
     # message) of the refusal (sync.pods._create).
     refused_creates: LockedCache[str, tuple[int, str, str]] = field(default_factory=lambda: LockedCache(

@@ -180,6 +180,7 @@ class Handlers:
     # -- claims ---------------------------------------------------------------------------
 
     def claim_added(self, claim: Obj) -> None:
+        self.ctx.memories.made_claims.pop(keys.key_of(claim))
         self.woke_by(lambda: self.view.apply_claim(None, claim))
         self._sync_claim_soon(claim)
         self._enqueue_pods_of_claim(claim)
@@ -206,6 +207,7 @@ class Handlers:
         claim = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         if claim is None:
             return
+        self.ctx.memories.made_claims.pop(keys.key_of(claim))
         self.woke_by(lambda: self.view.delete_claim(claim))
         self._enqueue_pods_of_claim(claim)
         if _holds_gpus(claim):

@@ -331,6 +331,14 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
         # The same body was refused as invalid a moment ago (the pod was
         # told): failing again without sending it (Memories.refused_creates).
         raise ApiError(*refused)
+    made = ctx.memories.made_claims.get(f"{ns}/{claim_name}")
+    if made is not None and _made_as(made, body):
+        # Made by an earlier sync of this process, and the cache does not
+        # show it yet (its create event woke this sync before the set's
+        # other claims came): that sync's answer is the claim, at the
+        # version it was made. A write based on it that meets a later one
+        # is refused (409) and retried, as for any stale read.
+        return made
     try:
         created: Mapping[str, Any] = ctx.writer.create_claim(body)
     except AlreadyExists:
@@ -349,10 +357,22 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
                           podplan.refused_create_message(claim_name, source, e.status, e.reason, e.message),
                           told=refused_create_told(e.status, claim_name))
         raise
+    ctx.memories.made_claims[f"{ns}/{claim_name}"] = created
     if ctx.metrics is not None:
         ctx.metrics.template_claims_created.inc()
     log.debug("created template claim", extra={"pod": keys.key_of(pod), "claim": claim_name})
     return created
+
+
+def _made_as(made: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Whether the claim this process made is the one `body` asks for now:
+    the same owner pod, class and count (the annotation may have been edited
+    since)."""
+    def what(c: Mapping[str, Any]) -> tuple[Any, ...]:
+        spec, meta = c.get("spec") or {}, c.get("metadata") or {}
+        return (spec.get("className"), spec.get("count"),
+                tuple(r.get("uid") for r in meta.get("ownerReferences") or ()))
+    return what(made) == what(body)
 
 
 def _budgets(ctx: SyncContext, namespace: str) -> list[BudgetInfo] | None:
