@@ -553,3 +553,24 @@ def test_why_a_pod_that_is_not_there_fails_with_one_line(control_plane: ControlP
     result = CliRunner().invoke(cli.main, ["why", f"default/{name}",
                                            "--kubeconfig", str(control_plane.kubeconfig)])
     assert result.exit_code == 1 and result.output == f"gpuclaimctl why: pod default/{name} not found\n"
+
+
+def test_why_does_not_say_what_another_pod_s_claim_waits_for() -> None:
+    """Its Waiting condition tells that pod's wait, not this one's
+    (status reads it the same way: statusview.waiting_pods)."""
+    waiting = {"type": "Waiting", "status": "True", "reason": "Capacity", "message": "train's wait",
+               "lastTransitionTime": "2025-06-01T11:58:00Z"}
+    theirs = {"metadata": {"name": "train-gpu", "namespace": "team", "uid": "c1",
+                           "labels": {TEMPLATE_CLAIM_LABEL: TEMPLATE_CLAIM_LABEL_VALUE},
+                           "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "train",
+                                                "uid": "uid-train", "controller": True}]},
+              "spec": {"className": "a100", "count": 5}, "status": {"conditions": [waiting]}}
+    borrowed = {"metadata": {"name": "nb-gpu", "namespace": "team", "uid": "c2"},
+                "spec": {"className": "a100", "count": 1},
+                "status": {"phase": "Bound", "nodeName": "a0", "reservedFor": [{"name": "nb", "uid": "nb"}],
+                           "conditions": [waiting]}}
+    objects = ClusterObjects(nodes=[api_node("a0", 8, {"p": "a100"})], classes=[CLASS], claims=[theirs, borrowed])
+    for entry in ({"name": "gpu", "claim": "train-gpu"}, {"name": "gpu", "claim": "nb-gpu"}):
+        report = why.build(api_pod("steal", [entry]), objects, NOW)
+        assert report.said is None, entry
+        assert "train's wait" not in why.render_text(report)

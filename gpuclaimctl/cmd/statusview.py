@@ -308,7 +308,7 @@ def _why_waiting(pod: RawObject, entries: Sequence[ClaimEntry], get_claim: Looku
         elif isinstance(r, Outdated):
             problems.append((WaitReason.CLAIM_MISSING, r.message))
         elif isinstance(r, Found):
-            problem = _unusable(r.claim, uid)
+            problem = unusable_claim(r.claim, uid)
             if problem is not None:
                 problems.append(problem)
             elif naming.get((namespace, entry.claim_name(meta.get("name", ""))), 0) > 1:
@@ -336,7 +336,7 @@ _UNUSABLE_ORDER = (WaitReason.CLAIM_MISSING, WaitReason.NAME_TAKEN, WaitReason.C
 _UNUSABLE_REASONS = frozenset(str(r) for r in _UNUSABLE_ORDER)
 
 
-def _unusable(claim: Mapping[str, Any], pod_uid: str) -> tuple[WaitReason, str] | None:
+def unusable_claim(claim: Mapping[str, Any], pod_uid: str) -> tuple[WaitReason, str] | None:
     """Why a claim the pod names cannot serve it now, as decide() checks it:
     being deleted, or reserved by another pod."""
     meta, status = claim.get("metadata") or {}, claim.get("status") or {}

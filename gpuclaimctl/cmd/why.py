@@ -16,7 +16,7 @@ and the renderers are pure; `main` reads and prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -118,7 +118,9 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
             [b for b in objects.budgets if (b.get("metadata") or {}).get("namespace") == ns],
             objects.claims, waiting))
         return Report(ns, name, created, State.WAITING, now, outcome=outcome,
-                      said=_said(pod, claims_by_name), warned=_last_warning(events), budgets=budgets,
+                      said=_said(pod, claims_by_name, {c.name for c in outcome.claims
+                                                       if isinstance(c, UnresolvedClaim)}),
+                      warned=_last_warning(events), budgets=budgets,
                       warnings=notes)
     node = annotations.get(PLACED_NODE_ANNOTATION)
     if not node:
@@ -134,17 +136,23 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
                   claims=tuple((n, claims_by_name.get((ns, n))) for n in names), warnings=notes)
 
 
-def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj]) -> Said | None:
+def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj], unusable: Set[str] = frozenset()) -> Said | None:
     """The Waiting condition of the first of the pod's claims (annotation
-    order) that has one, as `gpuclaimctl status` reads it."""
+    order) that has one and that the pod can use: not another pod's, nor
+    reserved by one (`unusable`: names the decision could not resolve),
+    whose condition tells that other pod's wait."""
     meta = pod.get("metadata") or {}
     try:
         entries = pod_claims(pod)
     except PodClaimsError:
         return None
     for entry in entries:
-        claim = claims.get((meta.get("namespace"), entry.claim_name(str(meta.get("name") or ""))))
-        cond = podplan.waiting_condition(claim) if claim is not None else None
+        name = entry.claim_name(str(meta.get("name") or ""))
+        claim = claims.get((meta.get("namespace"), name))
+        if claim is None or name in unusable or \
+                statusview.unusable_claim(claim, str(meta.get("uid") or "")) is not None:
+            continue
+        cond = podplan.waiting_condition(claim)
         if cond is not None and cond.get("status") == "True":
             return Said(entry.claim_name(str(meta.get("name"))), str(cond.get("reason") or ""),
                         str(cond.get("message") or ""), parse_time(cond.get("lastTransitionTime")))
