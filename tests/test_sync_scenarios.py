@@ -1252,3 +1252,72 @@ def test_the_placed_and_invalid_annotation_events_say_each_thing_once() -> None:
     assert placed.startswith("GPUClaim ok-g (1"), placed
     invalid = said[f"Pod/{NS}/bad", str(api.WaitReason.INVALID_CLAIMS)]
     assert invalid.count("is invalid") == 1 and invalid.startswith(f"annotation {api.CLAIMS_ANNOTATION}"), invalid
+
+
+def _gone_unseen(s: Story, name: str) -> None:
+    """Someone strips the claim's finalizer and deletes it while its watch
+    is away: the relist never shows it."""
+    c = s.fake.get(CLAIMS, NS, name)
+    assert c is not None
+    c["metadata"]["finalizers"] = []
+    s.fake.update(CLAIMS, c)
+    s.fake.delete(CLAIMS, NS, name)
+    s.ctl.informers[CLAIMS].relist()
+
+
+def test_a_claim_made_and_deleted_unseen_is_made_again_at_the_next_sync() -> None:
+    """Found by a review of Memories.made_claims: the sync that made the
+    claim remembers it; a bind of it that finds no claim (404) proves its uid
+    gone, which ends both the memory and the bind's in-flight count."""
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {})
+    s.pod("rep", [{"name": "g", "className": "alpha", "count": 3}])
+    s.see_all()
+    s.sync("pod:team/rep")  # makes rep-g; waits for Capacity
+    _gone_unseen(s, "rep-g")
+    s.node("n1", 4)
+    s.ctl.informers[NODES].deliver(10)
+    s.t += 5
+    s.sync("pod:team/rep")  # the remembered rep-g: its bind is a 404
+    assert not s.ctl.view.inflight
+    assert s.ctl.view.used().get(RESOURCE, {}).get("n1", 0) == 0
+    s.t += 1
+    s.ctl.queue.promote()
+    s.sync("pod:team/rep")  # made again, bound, released
+    assert not s.gated("rep")
+
+
+def test_a_claim_made_then_replaced_by_a_user_s_unseen_is_not_taken() -> None:
+    s = Story(nodes=(4,))
+    _fill_and_wait(s, {})
+    s.pod("rep", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+    s.sync("pod:team/rep")
+    _gone_unseen(s, "rep-g")
+    s.claim("rep-g", 3)  # a user's claim under the name, not shown yet
+    s.node("n1", 4)
+    s.ctl.informers[NODES].deliver(10)
+    s.sync("pod:team/rep")
+    c = s.fake.get(CLAIMS, NS, "rep-g")
+    assert c is not None and not (c.get("status") or {}).get("reservedFor")
+    assert s.gated("rep")
+    s.drain()
+    assert s.gated("rep") and not s.ctl.view.inflight
+
+
+def test_a_pod_waiting_for_a_claim_another_pod_holds_writes_nothing_on_it() -> None:
+    """Found by a review: p2's ClaimInUse was written on the claim p1 holds
+    and runs with, so `kubectl get gpuclaims` showed a Bound claim waiting.
+    p2 is told by its Warning event."""
+    s = Story(nodes=(4,))
+    s.claim("shared", 2)
+    s.pod("p1", [{"name": "g", "claim": "shared"}])
+    s.see_all()
+    s.sync("pod:team/p1")
+    s.see_all()
+    s.pod("p2", [{"name": "g", "claim": "shared"}])
+    s.see_all()
+    before = s.fake.resource_version
+    s.sync("pod:team/p2")
+    assert s.fake.resource_version == before
+    assert [e.reason for e in s.fake.events if e.involved == f"Pod/{NS}/p2"] == [str(api.WaitReason.CLAIM_IN_USE)]

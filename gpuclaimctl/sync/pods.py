@@ -422,12 +422,20 @@ def _bind(ctx: SyncContext, pod: Obj, claim: Mapping[str, Any], node: str, resou
             base = claim["metadata"].get("resourceVersion", "")
         written = ctx.writer.update_claim_status(podplan.bound_claim(claim, pod, node, resource))
     except Exception as e:
-        # Refused (nothing written) or its answer lost (it may have landed,
-        # or land yet): either way the next version after `base` shows what
-        # happened; a lost one is not settled by a read before the server
-        # has given up on it (state.inflight.LOST_WRITE_WINDOW).
-        lost_at = None if surely_not_written(e) else ctx.now()
-        ctx.wake(lambda: ctx.view.write_failed(uid, base, lost_at=lost_at))
+        ctx.memories.made_claims.pop(keys.key_of(claim))  # made again, or read from the cache
+        if isinstance(e, NotFound):
+            # A write by name found no claim: this uid is gone for good (one
+            # with our finalizer would still be there) and holds nothing,
+            # as after the informer's delete, which may never come (a claim
+            # made and deleted while its watch was away).
+            ctx.wake(lambda: ctx.view.claim_gone(uid))
+        else:
+            # Refused (nothing written) or its answer lost (it may have landed,
+            # or land yet): either way the next version after `base` shows what
+            # happened; a lost one is not settled by a read before the server
+            # has given up on it (state.inflight.LOST_WRITE_WINDOW).
+            lost_at = None if surely_not_written(e) else ctx.now()
+            ctx.wake(lambda: ctx.view.write_failed(uid, base, lost_at=lost_at))
         ctx.enqueue(CLAIM + keys.key_of(claim))
         raise
     ctx.view.written(uid, written["metadata"].get("resourceVersion", ""))
@@ -443,10 +451,15 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
     if ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(decision.reason)).inc()
     now = ctx.now()
+    pod_uid = pod["metadata"].get("uid")
     for name, wait in decision.claims.items():
         claim = raw.get(name)
         body = None if claim is None else podplan.waiting_claim(claim, wait, now)
         if claim is None or body is None:
+            continue
+        if any(r.get("uid") != pod_uid for r in (claim.get("status") or {}).get("reservedFor") or ()):
+            # Reserved by another pod, which it serves: its conditions are
+            # that pod's (this one is told by its Warning event).
             continue
         uid = claim["metadata"].get("uid", "")
         said = podplan.waiting_condition(claim) or {}
@@ -461,6 +474,7 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
         try:
             written = ctx.writer.update_claim_status(body)
         except NotFound:
+            ctx.memories.made_claims.pop(keys.key_of(claim))
             continue
         except Conflict:
             # The cache lags a newer version (another pod's Waiting on a
