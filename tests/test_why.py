@@ -574,3 +574,21 @@ def test_why_does_not_say_what_another_pod_s_claim_waits_for() -> None:
         report = why.build(api_pod("steal", [entry]), objects, NOW)
         assert report.said is None, entry
         assert "train's wait" not in why.render_text(report)
+
+
+def test_why_does_not_say_what_a_claim_other_pods_name_too_waits_for() -> None:
+    """Found by a review: a claim two gated pods name carries the reason of
+    the one decided last; why showed it as what the controller says of the
+    other (status gives each its own: statusview.waiting_pods)."""
+    waiting = {"type": "Waiting", "status": "True", "reason": "Capacity", "message": "b's wait",
+               "lastTransitionTime": "2025-06-01T11:58:00Z"}
+    shared = {"metadata": {"name": "shared", "namespace": "team", "uid": "c1"},
+              "spec": {"className": "a100", "count": 2}, "status": {"conditions": [waiting]}}
+    a = api_pod("a", [{"name": "g", "claim": "shared"}], uid="uid-a")
+    b = api_pod("b", [{"name": "g", "claim": "shared"}], uid="uid-b")
+    objects = ClusterObjects(nodes=[api_node("a0", 8, {"p": "a100"})], classes=[CLASS], claims=[shared],
+                             pods=[a, b])
+    assert why.build(a, objects, NOW).said is None
+    alone = ClusterObjects(nodes=objects.nodes, classes=[CLASS], claims=[shared], pods=[a])
+    said = why.build(a, alone, NOW).said
+    assert said is not None and said.message == "b's wait"  # no other pod names it: its own

@@ -133,8 +133,8 @@ def read_live(api: client.ApiClient, now: datetime, *, trimmed: bool = True) -> 
     shows the claims' conditions). Raises StatusError with one line."""
     snap = statusview.read(api)
     warnings: list[str] = []
-    templates = _list_or_none(api, f"/apis/{GROUP}/{VERSION}/{TEMPLATE_PLURAL}", "GPUClaimTemplates",
-                              warnings)
+    templates = snap.templates if snap.templates is not None else _list_or_none(
+        api, f"/apis/{GROUP}/{VERSION}/{TEMPLATE_PLURAL}", "GPUClaimTemplates", warnings)
     pvcs = _list_or_none(api, "/api/v1/persistentvolumeclaims", "PersistentVolumeClaims", warnings)
     pvs = _list_or_none(api, "/api/v1/persistentvolumes", "PersistentVolumes", warnings)
     objects = ClusterObjects(nodes=snap.nodes, classes=snap.classes, claims=snap.claims, pods=snap.pods,

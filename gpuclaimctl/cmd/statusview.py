@@ -16,8 +16,9 @@ Four sections, each read from one list of each resource:
    which only it knows: read from the API, HELD leaves them out and can
    trail that figure by the GPUs being placed.
 4. Pods still held by the `gpuclaimctl.io/claims` gate, oldest first, with
-   why they wait: the Waiting condition of the first of their claims (in
-   annotation order) that has one, or InvalidClaims with the parse error.
+   why they wait (waiting_pods): a claim they cannot use, the Waiting
+   condition of their own claims, what gpuclaimctl's Warning events told
+   them, or InvalidClaims with the parse error.
 
 `render` is pure (no client, no clock: `now` is passed in); `main` does
 the reading and printing. Nothing here writes to the API server.
@@ -495,7 +496,9 @@ def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient
         raise StatusError(str(e)) from None
 
 
-def read(api: client.ApiClient) -> Snapshot:
+def read(api: client.ApiClient, *, events: bool = False) -> Snapshot:
+    """The lists status shows; with `events`, also what gpuclaimctl's
+    Warning events told pods (told_by_events)."""
     base = f"/apis/{GROUP}/{VERSION}"
     try:
         nodes = kube.list_all(api, "/api/v1/nodes")
@@ -515,10 +518,13 @@ def read(api: client.ApiClient) -> Snapshot:
         except ApiError:
             templates = None  # not listable: no template entry is said to be missing
         pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
-        try:
-            told = told_by_events(kube.list_all(api, "/api/v1/events", [("fieldSelector", _OUR_WARNINGS)]))
-        except ApiError:
-            told = {}  # events are a nicety: a user who may not list them gets the rest
+        told: dict[str, tuple[str, str]] = {}
+        if events:
+            try:
+                ours = kube.list_all(api, "/api/v1/events", [("fieldSelector", _OUR_WARNINGS)])
+                told = told_by_events(ours)
+            except ApiError:
+                pass  # events are a nicety: a user who may not list them gets the rest
     except ApiError as e:
         raise StatusError(f"the API server refused a list: {_one_line(e)}") from None
     except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -532,7 +538,7 @@ def main(kubeconfig: str | None, context: str | None) -> int:
     try:
         api = load_client(kubeconfig, context)
         with api:
-            snap = read(api)
+            snap = read(api, events=True)
     except StatusError as e:
         click.echo(f"gpuclaimctl status: {e}", err=True)
         return 1
