@@ -1321,3 +1321,21 @@ def test_a_pod_waiting_for_a_claim_another_pod_holds_writes_nothing_on_it() -> N
     s.sync("pod:team/p2")
     assert s.fake.resource_version == before
     assert [e.reason for e in s.fake.events if e.involved == f"Pod/{NS}/p2"] == [str(api.WaitReason.CLAIM_IN_USE)]
+
+
+def test_a_claim_being_placed_by_one_sync_is_not_written_by_another_from_the_made_claim_memory() -> None:
+    """Simulation seed 1600634: a second sync of the pod, while the first
+    was binding the set it had just made (the cache showing none of it),
+    took the claims from Memories.made_claims and bound them itself; the
+    first's bind was then refused and it let go of the set's other counts
+    while the second's binds were not seen yet (I1: n0 held 6, counted 2).
+    A claim with a placement in flight is not taken from the memory."""
+    s = Story(nodes=(8,))
+    s.pod("p2", [{"name": "e0", "className": "alpha", "count": 2}, {"name": "e1", "className": "alpha", "count": 3}])
+    s.see_all()
+    s.at_write("update_claim_status", lambda: s.sync("pod:team/p2"))
+    s.sync("pod:team/p2")
+    s.check_always("after both syncs")
+    s.see_all()
+    s.drain()
+    assert not s.gated("p2") and s.bound_on("n0") == 5

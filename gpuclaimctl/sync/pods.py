@@ -332,12 +332,18 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
         # told): failing again without sending it (Memories.refused_creates).
         raise ApiError(*refused)
     made = ctx.memories.made_claims.get(f"{ns}/{claim_name}")
-    if made is not None and _made_as(made, body):
+    if made is not None and _made_as(made, body) and \
+            ctx.view.in_flight(str(made["metadata"].get("uid") or "")) is None:
         # Made by an earlier sync of this process, and the cache does not
         # show it yet (its create event woke this sync before the set's
         # other claims came): that sync's answer is the claim, at the
         # version it was made. A write based on it that meets a later one
-        # is refused (409) and retried, as for any stale read.
+        # is refused (409) and retried, as for any stale read. Not while a
+        # placement of it is in flight: that one's writes and count are
+        # another sync's, and a second writer of the claim could end the
+        # count while the first write still lands (simulation seed
+        # 1600634, two syncs of one pod at once); that sync decided from
+        # the claim as made, and the informer brings its fate.
         return made
     try:
         created: Mapping[str, Any] = ctx.writer.create_claim(body)
