@@ -1339,3 +1339,31 @@ def test_a_claim_being_placed_by_one_sync_is_not_written_by_another_from_the_mad
     s.see_all()
     s.drain()
     assert not s.gated("p2") and s.bound_on("n0") == 5
+
+
+def test_a_pod_first_seen_finished_lets_go_of_the_claim_a_live_read_kept_for_it() -> None:
+    """Simulation seed 1900098 (I4): a new leader's claim sync found the
+    reserving pod missing from its lagging cache and read it live: it still
+    ran, so the reservation stayed. The pod then finished, and the cache's
+    first sight of it was already Succeeded: an add, which synced none of
+    its claims, so the reservation stayed for good."""
+    s = Story(nodes=(4,))
+    s.claim("shared", 2)
+    s.pod("p1", [{"name": "g", "claim": "shared"}])
+    s.see_all()
+    s.sync("pod:team/p1")
+    s.see_all()
+    s.fake.bind_pod(NS, "p1", "n0")
+    s.see_all()
+    pods = s.ctl.informers[PODS]
+    pods.store.pop(f"{NS}/p1")  # a lagging cache, as a standby's that just took over
+    s.sync("claim:team/shared")  # reads p1 live: it runs; the reservation stays
+    claim = s.fake.get(CLAIMS, NS, "shared")
+    assert claim is not None and claim["status"].get("reservedFor")
+    s.fake.set_pod_phase(NS, "p1", "Succeeded")
+    s.ctl.queue.ready.clear()
+    pods.deliver(10_000)  # first sight of p1: an add, already Succeeded
+    assert "claim:team/shared" in s.ctl.queue.ready
+    s.drain()
+    claim = s.fake.get(CLAIMS, NS, "shared")
+    assert claim is not None and not claim["status"].get("reservedFor")

@@ -120,6 +120,12 @@ class Handlers:
         self.woke_by(lambda: self.view.apply_pod(None, pod))
         if self._sync_would_act(pod):
             self.queue.add(POD + keys.key_of(pod))
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") \
+                or pod["metadata"].get("deletionTimestamp"):
+            # First seen finished or going (a new leader's cache, a relist):
+            # a claim sync that read it live while it still ran kept its
+            # reservation, and no update of it will come to say it ended.
+            self._enqueue_claims_of_pod(pod)
 
     def pod_updated(self, old: Obj, new: Obj) -> None:
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
