@@ -1367,3 +1367,27 @@ def test_a_pod_first_seen_finished_lets_go_of_the_claim_a_live_read_kept_for_it(
     s.drain()
     claim = s.fake.get(CLAIMS, NS, "shared")
     assert claim is not None and not claim["status"].get("reservedFor")
+
+
+def test_a_claim_sync_that_meets_a_newer_version_ends_quietly_and_the_version_syncs_it_again() -> None:
+    """Under churn most claim-sync errors were 409s of a cache behind a
+    newer version, whose own event syncs the claim anyway."""
+    s = Story(nodes=(4,))
+    s.claim("shared", 2)
+    s.pod("p1", [{"name": "g", "claim": "shared"}])
+    s.see_all()
+    s.sync("pod:team/p1")
+    s.see_all()
+    s.fake.delete(PODS, NS, "p1")
+    s.ctl.informers[PODS].deliver(10_000)
+    s.fake.patch(CLAIMS, NS, "shared", lambda c: c["metadata"].setdefault("labels", {}).update(team="x"))
+    s.sync("claim:team/shared")  # the stale reservation's removal meets the label's version
+    assert not s.ctl.queue.failures
+    claim = s.fake.get(CLAIMS, NS, "shared")
+    assert claim is not None and claim["status"].get("reservedFor")
+    s.ctl.queue.ready.clear()
+    s.ctl.queue.delayed.clear()
+    s.ctl.informers[CLAIMS].deliver(10_000)  # the label's version
+    s.drain()
+    claim = s.fake.get(CLAIMS, NS, "shared")
+    assert claim is not None and not claim["status"].get("reservedFor")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from gpuclaimctl.client.errors import NotFound
+from gpuclaimctl.client.errors import Conflict, NotFound
 from gpuclaimctl.decide.capacity import claim_usage
 from gpuclaimctl.decide.claimplan import NodeFacts, PodFacts, plan_claim
 from gpuclaimctl.model import api, keys
@@ -76,6 +76,15 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
             # claim, say): its delete event comes, and with it nothing to do.
             log.debug("claim gone before its status write", extra={"claim": key})
             return
+        except Conflict:
+            # The cache lags a newer version. Its event syncs this claim
+            # again (claim_updated: every new version does), from what the
+            # newer version says: failing here would only count an error and
+            # back off a retry that the event makes anyway (under churn,
+            # most of the claim syncs' errors).
+            log.debug("claim changed since it was read; its next version syncs it again",
+                      extra={"claim": key})
+            return
         for ref, why in plan.removed:
             if ctx.metrics is not None:
                 ctx.metrics.stale_reservations_removed.labels(str(why)).inc()
@@ -104,8 +113,8 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
             f for f in stripped["metadata"].get("finalizers") or () if f != api.CLAIM_FINALIZER]
         try:
             ctx.writer.update_claim(stripped)
-        except NotFound:
-            pass
+        except (NotFound, Conflict):
+            pass  # gone; or a newer version, whose event syncs it again
     if plan.requeue_after is not None:
         ctx.enqueue_after(CLAIM + key, plan.requeue_after + 0.1)
 
