@@ -90,9 +90,11 @@ class SimQueue:
     """The work queue's guarantees, deterministically: a key is queued once;
     delayed keys come due on the simulated clock; the harness picks which
     ready key a "worker" takes (any order a real queue with several workers
-    could produce)."""
+    could produce); a key being synced is not handed to another worker (it
+    stays ready, as a real queue keeps it dirty, until that sync is done)."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
+        self.processing: set[str] = set()
         self._clock = clock
         self.ready: dict[str, None] = {}
         self.delayed: dict[str, float] = {}
@@ -237,6 +239,7 @@ class Controller:
         self.view.catch_up(self.sim.fake.list_claims(), self.ctx.claims.get)
 
     def sync(self, key: str) -> None:
+        self.queue.processing.add(key)
         try:
             dispatch(self.ctx, key)
             self.queue.forget(key)
@@ -247,6 +250,8 @@ class Controller:
         except Exception as e:  # what the worker loop does: back off, retry
             self.sim.note(f"  {key} failed: {type(e).__name__}: {e}")
             self.queue.add_rate_limited(key)
+        finally:
+            self.queue.processing.discard(key)
 
 
 @dataclass
@@ -397,9 +402,10 @@ class Sim:
     def work(self) -> None:
         q = self.ctl.queue
         q.promote()
-        if not q.ready:
+        free = sorted(k for k in q.ready if k not in q.processing)
+        if not free:
             return
-        key = self.rng.choice(sorted(q.ready))
+        key = self.rng.choice(free)
         del q.ready[key]
         self.note(f"sync {key}")
         self.ctl.sync(key)
