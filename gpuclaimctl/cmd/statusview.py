@@ -260,21 +260,8 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: T
     `get_template` (namespace, name) finds GPUClaimTemplates; without it
     none is known, and a template entry is never said to be missing."""
     get_claim = _lookup(claims)
-    parsed: list[tuple[RawObject, Sequence[ClaimEntry] | PodClaimsError]] = []
-    naming: Counter[tuple[str, str]] = Counter()  # (namespace, claim) -> gated pods naming it
-    for pod in pods:
-        if not is_gated(pod):
-            continue
-        try:
-            entries = pod_claims(pod)
-        except PodClaimsError as e:
-            parsed.append((pod, e))
-            continue
-        parsed.append((pod, entries))
-        meta = pod.get("metadata") or {}
-        for entry in entries:
-            if entry.source is EntrySource.CLAIM:
-                naming[meta.get("namespace", ""), entry.claim_name(meta.get("name", ""))] += 1
+    parsed = _gated_entries(pods)
+    naming = _named_claims(parsed)
     out = []
     for pod, got in parsed:
         meta = pod.get("metadata") or {}
@@ -289,6 +276,39 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: T
     far = datetime.max.replace(tzinfo=timezone.utc)
     out.sort(key=lambda p: (p.created or far, p.namespace, p.name))
     return out
+
+
+def claims_named_by_gated(pods: Iterable[RawObject], skip_uid: str = "") -> Counter[tuple[str, str]]:
+    """(namespace, GPUClaim) -> how many gated pods (but the one of uid
+    `skip_uid`) name it in a `claim:` entry."""
+    return _named_claims([(p, e) for p, e in _gated_entries(pods)
+                          if (p.get("metadata") or {}).get("uid") != skip_uid or not skip_uid])
+
+
+def _gated_entries(pods: Iterable[RawObject]) -> list[tuple[RawObject, Sequence[ClaimEntry] | PodClaimsError]]:
+    """Each gated pod with its annotation's entries, or why they do not parse."""
+    out: list[tuple[RawObject, Sequence[ClaimEntry] | PodClaimsError]] = []
+    for pod in pods:
+        if not is_gated(pod):
+            continue
+        try:
+            out.append((pod, pod_claims(pod)))
+        except PodClaimsError as e:
+            out.append((pod, e))
+    return out
+
+
+def _named_claims(parsed: Iterable[tuple[RawObject, Sequence[ClaimEntry] | PodClaimsError]]
+                  ) -> Counter[tuple[str, str]]:
+    naming: Counter[tuple[str, str]] = Counter()
+    for pod, got in parsed:
+        if isinstance(got, PodClaimsError):
+            continue
+        meta = pod.get("metadata") or {}
+        for entry in got:
+            if entry.source is EntrySource.CLAIM:
+                naming[meta.get("namespace", ""), entry.claim_name(meta.get("name", ""))] += 1
+    return naming
 
 
 def _why_waiting(pod: RawObject, entries: Sequence[ClaimEntry], get_claim: Lookup, get_template: Lookup | None,

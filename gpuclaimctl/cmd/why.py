@@ -35,7 +35,7 @@ from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
 from gpuclaimctl.model import keys
 from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
-from gpuclaimctl.model.podclaims import EntrySource, PodClaimsError, has_gate, pod_claims
+from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time
 
 Obj = Mapping[str, Any]
@@ -161,21 +161,11 @@ def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj], unusable: Set[str] = 
 
 
 def _shared(pod: Obj, pods: Sequence[Obj]) -> set[str]:
-    """The GPUClaims `pod` names that another gated pod names too: their
+    """The GPUClaims another gated pod of `pod`'s namespace names too: their
     Waiting condition says the wait of whichever was decided last."""
     meta = pod.get("metadata") or {}
-    ns, uid = meta.get("namespace"), meta.get("uid")
-    named: set[str] = set()
-    for other in pods:
-        m = other.get("metadata") or {}
-        if m.get("namespace") != ns or m.get("uid") == uid or not has_gate(other):
-            continue
-        try:
-            named.update(e.claim_name(str(m.get("name") or "")) for e in pod_claims(other)
-                         if e.source is EntrySource.CLAIM)
-        except PodClaimsError:
-            continue
-    return named
+    named = statusview.claims_named_by_gated(pods, skip_uid=str(meta.get("uid") or ""))
+    return {name for (ns, name) in named if ns == meta.get("namespace")}
 
 
 def _last_warning(events: Sequence[Obj]) -> Warned | None:
