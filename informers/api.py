@@ -23,7 +23,7 @@ import urllib3
 
 from informers import gcpause
 from informers.errors import ApiStatusError, TransportError
-from informers.listwatch import ListPage
+from informers.listwatch import ListPage, is_initial_events_end
 from informers.objects import KubeObject
 from informers.resource import Resource
 from informers.transforms import Transform
@@ -43,6 +43,9 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 # plus this much: a healthy server ends the watch first, so hitting it
 # means the connection died without a FIN (a host gone, a dropped route).
 WATCH_READ_MARGIN = 30.0
+# The most a WatchList stream's initial events wait to be read together
+# (the watch batch window applies after them; see ResourceListerWatcher.watch).
+INITIAL_EVENTS_BATCH_WINDOW = 0.02
 _STREAM_CHUNK = 1 << 16
 # Only a list's kind, apiVersion and (for built-in kinds) metadata come
 # before its items; more than this before "items":[ means an unexpected shape.
@@ -227,22 +230,31 @@ class HttpWatchStream:
     """The events of one watch response, one JSON document per line."""
 
     def __init__(
-        self, resp: urllib3.BaseHTTPResponse, on_done: Any = None, *, gather: float = 0.0
+        self, resp: urllib3.BaseHTTPResponse, on_done: Any = None, *, gather: float = 0.0,
+        initial_gather: float | None = None,
     ) -> None:
         """``gather`` (seconds; 0 for none): once nothing more is waiting
         on the socket, wait this long before the next read, so that events
-        arriving meanwhile come in one read (see ``_gathering``)."""
+        arriving meanwhile come in one read (see ``_gathering``).
+        ``initial_gather``: the wait until the bookmark that ends a
+        WatchList stream's initial events, ``gather`` after it (None: a
+        stream without initial events, ``gather`` throughout)."""
         self._resp = resp
         self._closed = False
         self._on_done = on_done
         self._gather = gather
+        self._initial = initial_gather is not None
+        self._gather_now = gather if initial_gather is None else initial_gather
 
     def __iter__(self) -> Iterator[tuple[str, KubeObject]]:
         loads = orjson.loads
         rest = b""
         raw = _raw_chunked(self._resp)
         try:
-            blocks = (_dechunked(raw.read1, _gathering(raw, self._gather)) if raw is not None
+            before_read = None
+            if raw is not None and max(self._gather, self._gather_now) > 0:
+                before_read = _gathering(raw, lambda: self._gather_now)
+            blocks = (_dechunked(raw.read1, before_read) if raw is not None
                       else self._resp.stream(_STREAM_CHUNK, decode_content=True))
             for chunk in blocks:
                 if rest:
@@ -252,6 +264,10 @@ class HttpWatchStream:
                 for line in lines:
                     if line:
                         event = loads(line)
+                        if self._initial and event["type"] == "BOOKMARK" \
+                                and is_initial_events_end(event["object"]):
+                            self._initial = False
+                            self._gather_now = self._gather
                         yield event["type"], event["object"]
             if rest.strip() and not self._closed:
                 raise TransportError("watch ended in the middle of an event")
@@ -294,12 +310,12 @@ def _raw_chunked(resp: urllib3.BaseHTTPResponse) -> Any:
 
 
 def _gathering(
-    fp: Any, gather: float, sleep: Callable[[float], None] = time.sleep
+    fp: Any, gather: Callable[[], float], sleep: Callable[[float], None] = time.sleep
 ) -> Callable[[], None] | None:
     """What ``_dechunked`` calls before each read of `fp` (the buffered
     reader of ``_raw_chunked``): when nothing is waiting to be read, sleep
-    `gather` seconds, so that events arriving meanwhile come in one read.
-    None when `gather` is 0 or the socket is out of reach.
+    `gather()` seconds, so that events arriving meanwhile come in one read.
+    None when the socket is out of reach.
 
     Why: the API server flushes each watch event by itself, so events read
     as they come cost a blocking read and a wake-up each, which in CPython
@@ -314,8 +330,6 @@ def _gathering(
     is left buffered above the socket. What TLS decrypted but not yet
     handed over is ``pending()``; what the kernel holds, a poll says.
     """
-    if gather <= 0:
-        return None
     sock = getattr(getattr(fp, "raw", None), "_sock", None)
     if sock is None or not hasattr(sock, "fileno"):
         return None
@@ -327,8 +341,9 @@ def _gathering(
     pending = getattr(sock, "pending", None)
 
     def wait() -> None:
-        if not ((pending is not None and pending()) or poller.poll(0)):
-            sleep(gather)
+        seconds = gather()
+        if seconds > 0 and not ((pending is not None and pending()) or poller.poll(0)):
+            sleep(seconds)
 
     return wait
 
@@ -475,7 +490,13 @@ class ResourceListerWatcher:
         resp = self._client.get(
             self._path, params, read_timeout=timeout_seconds + WATCH_READ_MARGIN
         )
-        stream = HttpWatchStream(resp, on_done=self._forget, gather=self._watch_batch_window)
+        # A WatchList's initial events come as fast as the server encodes
+        # them: a long sleep whenever the reader has caught up would hold
+        # the sync back (10,000 pods: 2.4 s with 20 ms, 2.9 s with 100 ms).
+        stream = HttpWatchStream(
+            resp, on_done=self._forget, gather=self._watch_batch_window,
+            initial_gather=min(self._watch_batch_window, INITIAL_EVENTS_BATCH_WINDOW)
+            if send_initial_events else None)
         with self._lock:
             self._streams.add(stream)
         return stream

@@ -290,7 +290,7 @@ class ChunkedServer:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    def watch(self, gather: float = 0.0) -> Any:
+    def watch(self, gather: float = 0.0, initial_gather: float | None = None) -> Any:
         import urllib3
 
         from informers.api import HttpWatchStream, _raw_chunked
@@ -298,7 +298,7 @@ class ChunkedServer:
         resp = urllib3.PoolManager().request(
             "GET", f"http://127.0.0.1:{self._server.server_address[1]}/", preload_content=False)
         assert _raw_chunked(resp) is not None  # the fast path is taken
-        return HttpWatchStream(resp, gather=gather)
+        return HttpWatchStream(resp, gather=gather, initial_gather=initial_gather)
 
     def close(self) -> None:
         self._server.shutdown()
@@ -337,8 +337,11 @@ def test_a_gathering_reader_sleeps_only_when_nothing_is_waiting_on_the_socket() 
     fp = ours.makefile("rb")  # a BufferedReader over a SocketIO, as http.client reads
     slept: list[float] = []
     try:
-        assert _gathering(fp, 0.0) is None, "no window, no wait"
-        wait = _gathering(fp, 0.25, sleep=slept.append)
+        idle = _gathering(fp, lambda: 0.0, sleep=slept.append)
+        assert idle is not None
+        idle()
+        assert slept == [], "no window, no wait"
+        wait = _gathering(fp, lambda: 0.25, sleep=slept.append)
         assert wait is not None
         wait()
         assert slept == [0.25], "nothing waiting: the events to come gather first"
@@ -382,3 +385,41 @@ def test_a_watch_event_after_a_quiet_spell_is_read_at_once_however_long_the_wind
     finally:
         server.close()
     assert received - sent[0] < 0.5, f"the event waited {received - sent[0]:.2f}s for the window"
+
+
+def test_a_watch_list_reads_its_initial_events_with_the_short_window_and_the_rest_with_the_long() -> None:
+    """Initial events come as fast as the server encodes them: the long
+    window would hold the sync back, so it applies only after the bookmark
+    that ends them. Here the initial window is 0 and the long one 1 s: the
+    bookmark, sent 0.2 s after the first event, is read at once; the event
+    after it, sent 0.2 s later, waits for the reader's 1 s sleep."""
+    import threading
+    import time
+
+    bookmark = orjson.dumps({"type": "BOOKMARK", "object": {"metadata": {
+        "resourceVersion": "9", "annotations": {"k8s.io/initial-events-end": "true"}}}}) + b"\n"
+    first, last = _events(2)
+    go = threading.Event()
+
+    def write(wfile: Any) -> None:
+        _write_chunk(wfile, first)
+        go.wait(10)
+        time.sleep(0.2)
+        _write_chunk(wfile, bookmark)
+        time.sleep(0.2)
+        _write_chunk(wfile, last)
+
+    server = ChunkedServer(write)
+    try:
+        stream = iter(server.watch(gather=1.0, initial_gather=0.0))
+        assert next(stream)[0] == "ADDED"
+        started = time.monotonic()
+        go.set()
+        assert next(stream)[0] == "BOOKMARK"
+        bookmarked = time.monotonic()
+        assert next(stream)[0] == "ADDED"
+        received = time.monotonic()
+    finally:
+        server.close()
+    assert bookmarked - started < 0.9, f"an initial event waited {bookmarked - started:.2f}s"
+    assert received - bookmarked >= 0.9, f"after the initial events, {received - bookmarked:.2f}s"
