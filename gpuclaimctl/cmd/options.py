@@ -39,8 +39,8 @@ class Options:
     workers: int = 16
     resync_period: float = 600.0
     # Under load, how long a watch event may wait to be read together with
-    # those after it (informers.api._gathering); cli.py says why 20ms.
-    watch_batch_window: float = 0.02
+    # those after it (informers.api._gathering); cli.py says why 100ms.
+    watch_batch_window: float = 0.1
     leader_elect: bool = False
     lease_name: str = "gpuclaimctl"
     lease_namespace: str = "gpuclaimctl-system"
