@@ -21,6 +21,11 @@ class LockedCache(Generic[K, V]):
         self._cache = cache
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        """Entries held (a TTL cache's may include some past their time)."""
+        with self._lock:
+            return len(self._cache)
+
     def __contains__(self, key: K) -> bool:
         with self._lock:
             return key in self._cache
