@@ -202,3 +202,29 @@ def test_refusal_message_agrees_with_one_gpu() -> None:
     assert refusal is not None
     assert refusal.message == ("GPUBudget team/team-a allows 2 a100 GPUs; 1 is bound, 1 is being placed; "
                                "this set needs 1 more")
+
+
+def test_a_limit_naming_no_class_is_told_until_the_class_is_made() -> None:
+    """A typo in a limit's className caps nothing (no claim can be of that
+    class): the budget says so in ClassesFound and a Warning event, and the
+    condition turns True once the class exists."""
+    s = BudgetStory()
+    s.budget({"alpha": 4, "a100": 2, "*": 10})
+    s.drain()
+    budget = s.fake.get(BUDGETS, NS, "team-a")
+    assert budget is not None
+    found = next(c for c in budget["status"]["conditions"] if c["type"] == "ClassesFound")
+    assert (found["status"], found["reason"]) == ("False", "UnknownClass")
+    assert found["message"].startswith("no GPUClass named a100: its limit caps nothing")
+    assert [e.reason for e in s.fake.events] == ["UnknownClass"]
+    s.sync("budget:team/team-a")  # nothing new: neither a write nor a second event
+    assert [e.reason for e in s.fake.events] == ["UnknownClass"]
+    s._create_class("a100")
+    s.see_all()
+    s.drain()
+    budget = s.fake.get(BUDGETS, NS, "team-a")
+    assert budget is not None
+    found = next(c for c in budget["status"]["conditions"] if c["type"] == "ClassesFound")
+    assert (found["status"], found["reason"]) == ("True", "AllFound")
+    exceeded = next(c for c in budget["status"]["conditions"] if c["type"] == "Exceeded")
+    assert exceeded["status"] == "False"

@@ -66,8 +66,10 @@ class Handlers:
         if name:
             self.queue.add_after(CLASS + name, CLASS_STATUS_DELAY)
 
-    def enqueue_budgets(self, namespace: str) -> None:
-        """The namespace's GPUBudgets' status follows its claims (at most once a second)."""
+    def enqueue_budgets(self, namespace: str | None) -> None:
+        """The namespace's GPUBudgets' status follows its claims (at most
+        once a second); every namespace's with None (a class made or gone:
+        their ClassesFound condition)."""
         for b in self.ctx.budgets.list(namespace):
             self.queue.add_after(BUDGET + keys.key_of(b), CLASS_STATUS_DELAY)
 
@@ -286,6 +288,7 @@ class Handlers:
 
     def class_added(self, cls: Obj) -> None:
         self.enqueue_class(cls["metadata"]["name"])
+        self.enqueue_budgets(None)
         with self.view.lock:  # as woke_by
             self.view.apply_class(cls)
             self.enqueue_waiting_pods()
@@ -305,6 +308,7 @@ class Handlers:
         with self.view.lock:  # as woke_by
             self.view.delete_class(name)
             self.enqueue_waiting_pods()
+        self.enqueue_budgets(None)
 
     def budget_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         """Added or deleted: the namespace's waiting pods look again (a pod
