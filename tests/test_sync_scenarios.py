@@ -1391,3 +1391,29 @@ def test_a_claim_sync_that_meets_a_newer_version_ends_quietly_and_the_version_sy
     s.drain()
     claim = s.fake.get(CLAIMS, NS, "shared")
     assert claim is not None and not claim["status"].get("reservedFor")
+
+
+def test_a_pod_naming_claims_without_the_gate_is_told_once_and_placed_never() -> None:
+    """Made where no webhook adds the gate: nothing places its claims, and
+    kube-scheduler may run it without their GPUs. It is told so once, when
+    first seen; a pod that is gated, or released by us, is not."""
+    s = Story(nodes=(4,))
+    s.fake.create(PODS, {"metadata": {"name": "bare", "namespace": NS, "annotations": {
+        api.CLAIMS_ANNOTATION: json.dumps([{"name": "g", "className": "alpha", "count": 1}])}},
+        "spec": {"containers": [{"name": "c"}]}})
+    s.pod("gated", [{"name": "g", "className": "alpha", "count": 1}])
+    s.see_all()
+    s.drain()
+    assert [(e.reason, e.involved) for e in s.fake.events if e.type == "Warning"] == \
+        [("NotGated", f"Pod/{NS}/bare")]
+    assert "has no scheduling gate" in s.fake.events[0].message
+    assert s.bound_on("n0") == 1 and not s.gated("gated")
+    assert not [c for c in s.fake.list(CLAIMS).items if c["metadata"]["name"].startswith("bare")]
+    bare = s.fake.get(PODS, NS, "bare")
+    assert bare is not None
+    bare["metadata"]["labels"] = {"touched": "yes"}
+    s.fake.update_pod(bare)  # another version: not told again
+    s.see_all()
+    s.drain()
+    assert [e.reason for e in s.fake.events if e.type == "Warning"] == ["NotGated"]
+    s.check_quiet()

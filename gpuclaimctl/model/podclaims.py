@@ -25,6 +25,7 @@ from gpuclaimctl.model.api import (
     CLAIM_FINALIZER,
     CLAIM_KIND,
     CLAIMS_ANNOTATION,
+    PLACED_NODE_ANNOTATION,
     POD_CLAIM_NAME_ANNOTATION,
     SCHEDULING_GATE,
     TEMPLATE_CLAIM_LABEL,
@@ -427,3 +428,17 @@ def named_claims(pod: Mapping[str, Any]) -> frozenset[str]:
         return frozenset()
     name = (pod.get("metadata") or {}).get("name", "")
     return frozenset(e.claim_name(name) for e in entries)
+
+
+def names_claims_ungated(pod: Mapping[str, Any]) -> bool:
+    """A pod that names GPU claims (the annotation) but does not carry our
+    gate and was never released by us: created without it where no webhook
+    adds it, or ungated by someone else before its claims were placed.
+    Only while it is not yet on a node and not finished: once it runs, the
+    telling is late, and a restart would tell every such running pod again."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if CLAIMS_ANNOTATION not in annotations or PLACED_NODE_ANNOTATION in annotations or has_gate(pod):
+        return False
+    return not (pod.get("spec") or {}).get("nodeName") and \
+        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")

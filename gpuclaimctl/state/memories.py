@@ -45,6 +45,11 @@ def refused_create_told(status: int, claim_name: str) -> str:
     return f"{api.WaitReason.CLAIM_MISSING}: refused {status} {claim_name}"
 
 
+# What `Memories.last_warning` holds for a pod told that it names claims
+# without our gate (sync.pods._tell_not_gated; it is told once).
+NOT_GATED_TOLD = "NotGated"
+
+
 def told_key(pod: Mapping[str, Any]) -> str:
     """What `Memories.last_warning` remembers a pod by: its uid, so a pod
     deleted and made again under its name (seen as an update when the watch

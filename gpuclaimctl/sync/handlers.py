@@ -15,10 +15,10 @@ from typing import Any
 
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
-from gpuclaimctl.model.podclaims import has_gate
+from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated
 from gpuclaimctl.model.resources import parse_quantity
 from gpuclaimctl.state import indexes
-from gpuclaimctl.state.memories import refused_create_told, told_key
+from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.state.view import Change
 from gpuclaimctl.sync.context import BUDGET, CLAIM, CLASS, POD, SyncContext
 from informers import DeletedFinalStateUnknown
@@ -243,10 +243,14 @@ class Handlers:
     def _sync_would_act(self, pod: Obj) -> bool:
         """_pod_sync_due, and not a pod this process released that the cache
         still shows gated (sync_pod returns at once for one), nor one being
-        deleted."""
+        deleted; or a pod naming claims without our gate not yet told so."""
         meta = pod["metadata"]
-        return not meta.get("deletionTimestamp") and _pod_sync_due(pod) and \
-            not (meta.get("uid") in self.ctx.memories.released and has_gate(pod))
+        if meta.get("deletionTimestamp"):
+            return False
+        if _pod_sync_due(pod):
+            return not (meta.get("uid") in self.ctx.memories.released and has_gate(pod))
+        return names_claims_ungated(pod) and \
+            self.ctx.memories.last_warning.get(told_key(pod)) != NOT_GATED_TOLD
 
     # -- nodes and classes ----------------------------------------------------------------
 

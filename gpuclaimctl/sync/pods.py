@@ -71,9 +71,9 @@ from gpuclaimctl.model.snapshot import (
     format_time,
     parse_time,
 )
-from gpuclaimctl.model.podclaims import has_gate
+from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated
 from gpuclaimctl.state.inflight import may_still_land_for, parse_rv
-from gpuclaimctl.state.memories import refused_create_told, told_key
+from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.pods")
@@ -101,6 +101,8 @@ def sync_pod(ctx: SyncContext, key: str) -> None:
         _place(ctx, pod)
     elif api.PLACED_NODE_ANNOTATION in (pod["metadata"].get("annotations") or {}):
         _check_refused(ctx, pod)
+    elif names_claims_ungated(pod):
+        _tell_not_gated(ctx, pod)
 
 
 # -- placing a gated pod ----------------------------------------------------------------
@@ -537,6 +539,20 @@ def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: s
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
     ctx.writer.event(_pod_ref(pod), "Warning", str(reason), message)
+
+
+def _tell_not_gated(ctx: SyncContext, pod: Obj) -> None:
+    """A Warning event, once: nothing places its claims, and kube-scheduler
+    may run it without their GPUs (podclaims.names_claims_ungated)."""
+    if ctx.memories.last_warning.get(told_key(pod)) == NOT_GATED_TOLD:
+        return
+    ctx.memories.last_warning[told_key(pod)] = NOT_GATED_TOLD
+    message = (f"the pod names GPU claims (annotation {api.CLAIMS_ANNOTATION}) but has no scheduling "
+               f"gate {api.SCHEDULING_GATE}, so gpuclaimctl does not place them and kube-scheduler may "
+               "run it without their GPUs: create it with the gate (the admission webhook adds it in "
+               "the namespaces it serves)")
+    log.info("pod names claims without the gate", extra={"pod": keys.key_of(pod)})
+    ctx.writer.event(_pod_ref(pod), "Warning", NOT_GATED_TOLD, message)
 
 
 def _pod_ref(pod: Obj) -> Obj:
