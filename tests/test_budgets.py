@@ -228,3 +228,19 @@ def test_a_limit_naming_no_class_is_told_until_the_class_is_made() -> None:
     assert (found["status"], found["reason"]) == ("True", "AllFound")
     exceeded = next(c for c in budget["status"]["conditions"] if c["type"] == "Exceeded")
     assert exceeded["status"] == "False"
+
+
+def test_a_bind_the_api_server_answered_is_told_as_bound_before_the_watch_shows_it() -> None:
+    """P1's bind was answered (P1 released) but its claim's watch event has
+    not come: P2's Budget message says P1's GPUs are bound, not "being
+    placed", which the watch's lag would have it say while P1 already runs."""
+    s = BudgetStory(nodes=(8,))
+    s.budget({"alpha": 4})
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 3}])
+    s.pod("p2", [{"name": "g", "className": "alpha", "count": 2}])
+    s.see_all()
+    s.sync("pod:team/p1")
+    assert not s.gated("p1")
+    s.sync("pod:team/p2")  # no claim event seen since P1's bind
+    assert s.gated("p2")
+    assert s.waiting_reason("p2").endswith("allows 4 alpha GPUs; 3 are bound; this set needs 2 more")

@@ -68,8 +68,9 @@ def counts_against_budget(state: ClaimState) -> bool:
 
 @dataclass(frozen=True)
 class BudgetUse:
-    """GPUs of one namespace against budgets, per class: held on nodes,
-    and placed by this controller but not yet seen held."""
+    """GPUs of one namespace against budgets, per class: bound on nodes
+    (seen held, or a bind of this controller the API server answered), and
+    placed by this controller with no answer yet."""
 
     bound: Mapping[str, int]
     placing: Mapping[str, int]

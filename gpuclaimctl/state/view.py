@@ -30,7 +30,7 @@ from gpuclaimctl.decide.capacity import claim_usage, combine
 from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
-from gpuclaimctl.state.inflight import InFlight, InFlightPlacements, parse_rv
+from gpuclaimctl.state.inflight import InFlight, InFlightPlacements, WriteState, parse_rv
 from gpuclaimctl.state.usage import UsageTracker
 
 Obj = Mapping[str, Any]
@@ -105,15 +105,22 @@ class ClusterView:
                                    int(spec.get("count") or 0))
 
     def budget_use(self, namespace: str) -> BudgetUse:
-        """GPUs of `namespace` per class: held (as the informer shows), and
-        placed by us but not yet shown held (in flight)."""
+        """GPUs of `namespace` per class: bound (as the informer shows, or
+        as the API server answered a bind of ours the informer does not
+        show yet), and placed by us with no answer yet (in flight). The
+        split is for people (a Budget message); the checks use the sum. A
+        bind answered is bound whatever the watch's lag: with it counted
+        as being placed, a pod running for a while was told its GPUs were
+        still "being placed"."""
         with self.lock:
             holds = self._budget_holds
+            bound = dict(holds.sums.get(namespace, {}))
             placing: dict[str, int] = {}
             for e in self.inflight:
                 if e.namespace == namespace and not holds.holds(e.claim_uid):
-                    placing[e.class_name] = placing.get(e.class_name, 0) + e.count
-            return BudgetUse(dict(holds.sums.get(namespace, {})), placing)
+                    into = bound if e.state is WriteState.WRITTEN else placing
+                    into[e.class_name] = into.get(e.class_name, 0) + e.count
+            return BudgetUse(bound, placing)
 
     # -- pods -------------------------------------------------------------------------------
 
