@@ -256,9 +256,13 @@ class Controller:
         return StateSample(claims=claims, allocatable=allocatable, bound=bound, budgets=budgets)
 
     def gated_pods(self) -> tuple[list[Obj], list[Obj]]:
-        """The pods that carry our gate, and the claims they name that the
-        cache has (for /metrics; cache objects, read-only)."""
-        pods = self.ctx.pods.by_index(indexes.WAITING_PODS, "")
+        """The pods that carry our gate, but for those this process has
+        released already (the cache shows a version before the release: it
+        lags by up to the watch batch window), and the claims they name
+        that the cache has (for /metrics; cache objects, read-only)."""
+        released = self.ctx.memories.released
+        pods = [p for p in self.ctx.pods.by_index(indexes.WAITING_PODS, "")
+                if p["metadata"].get("uid") not in released]
         claims = [c for p in pods for key in indexes.pods_by_claim(p)
                   if (c := self.ctx.claims.get(*keys.split(key))) is not None]
         return pods, claims

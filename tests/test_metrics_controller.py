@@ -4,6 +4,7 @@ gauges, the budget gauges, and on the real controller."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, cast
 
@@ -213,3 +214,20 @@ def test_a_standby_exports_no_waiting_pods() -> None:
     closed = WriteFence()
     closed.close()
     assert pod_waits(NotRead(), closed) == []  # type: ignore[arg-type]
+
+
+def test_a_pod_released_before_the_watch_shows_it_is_not_gauged_waiting() -> None:
+    """The pod cache lags the release by up to the watch batch window; the
+    gauge must not count the released pod as Pending meanwhile (the alert
+    on Pending asks whether the controller runs at all)."""
+    from gpuclaimctl.cmd.app import pod_waits
+
+    s = BudgetStory()
+    s.pod("p1", [{"name": "g", "className": "alpha", "count": 1}])
+    s.see_all()
+    controller = cast(Controller, SimpleNamespace(ctx=s.ctl.ctx))
+    controller.gated_pods = partial(Controller.gated_pods, controller)  # type: ignore[method-assign]
+    assert [w.reason for w in pod_waits(controller)] == ["Pending"]
+    s.sync("pod:team/p1")  # released; no pod event delivered yet
+    assert not s.gated("p1")
+    assert pod_waits(controller) == []
