@@ -147,3 +147,20 @@ def test_a_claim_the_informer_showed_deleted_gets_no_placement() -> None:
     f.add("c1", P1, "node-a", GPU, 2, base="10")
     f.add_seen_elsewhere("c1", P1, "node-a", GPU, 2, "12")
     assert f.usage() == {} and f.get("c1") is None
+
+
+def test_only_a_bind_the_api_server_answered_or_a_live_read_showed_bound_is_answered(
+        inflight: InFlightPlacements) -> None:
+    """What a Budget message tells as bound rather than being placed
+    (ClusterView.budget_use): not a version a live read found newer than
+    the base after a lost answer, which may be someone else's change."""
+    assert not inflight.get("c1").answered  # type: ignore[union-attr]
+    inflight.settling("c1")
+    inflight.settled("c1", "12")
+    assert not inflight.get("c1").answered  # type: ignore[union-attr]
+    inflight.add_seen_elsewhere("c2", P1, "node-a", GPU, 1, "30")
+    assert inflight.get("c2").answered  # type: ignore[union-attr]
+    inflight.observe("c3", "40")
+    inflight.add("c3", P1, "node-a", GPU, 1, base="40")
+    inflight.written("c3", "41")
+    assert inflight.get("c3").answered  # type: ignore[union-attr]

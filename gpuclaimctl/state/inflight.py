@@ -91,6 +91,11 @@ class InFlight:
     # (sync.claims.audit_inflight).
     name: str = ""
     added_at: datetime | None = None
+    # WRITTEN by an answer of the API server to our write (`written`), or
+    # seen Bound by a live read (`add_seen_elsewhere`): the claim is bound
+    # on the server. Not a WRITTEN that a live read inferred from any newer
+    # version (`settled`): that version may be someone else's change.
+    answered: bool = False
 
     def settle_after(self, now: datetime) -> float:
         """Seconds until a live read may tell whether this write landed."""
@@ -156,14 +161,15 @@ class InFlightPlacements:
         self._entries[claim_uid] = InFlight(claim_uid, pod, node, resource, count, -1,
                                             WriteState.WRITTEN, parse_rv(rv),
                                             namespace=namespace, class_name=class_name,
-                                            name=name, added_at=added_at)
+                                            name=name, added_at=added_at, answered=True)
         self._end_if_seen(claim_uid)
 
     def written(self, claim_uid: str, rv: str) -> None:
         """The write was answered with resourceVersion `rv`."""
         entry = self._entries.get(claim_uid)
         if entry is not None:
-            self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=parse_rv(rv))
+            self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=parse_rv(rv),
+                                               answered=True)
             self._end_if_seen(claim_uid)
 
     def settling(self, claim_uid: str, base: str | None = None, *,
@@ -207,7 +213,7 @@ class InFlightPlacements:
             # Nothing changed since the base: the write did not land.
             del self._entries[claim_uid]
             return
-        self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=rv)
+        self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=rv, answered=False)
         self._end_if_seen(claim_uid)
 
     def observe(self, claim_uid: str, rv: str) -> bool:

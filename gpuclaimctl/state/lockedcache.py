@@ -22,7 +22,7 @@ class LockedCache(Generic[K, V]):
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        """Entries held (a TTL cache's may include some past their time)."""
+        """Entries held (a TTL cache counts only those not past their time)."""
         with self._lock:
             return len(self._cache)
 

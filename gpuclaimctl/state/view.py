@@ -107,7 +107,8 @@ class ClusterView:
     def budget_use(self, namespace: str) -> BudgetUse:
         """GPUs of `namespace` per class: bound (as the informer shows, or
         as the API server answered a bind of ours the informer does not
-        show yet), and placed by us with no answer yet (in flight). The
+        show yet: InFlight.answered), and placed by us with no answer yet
+        (in flight). The
         split is for people (a Budget message); the checks use the sum. A
         bind answered is bound whatever the watch's lag: with it counted
         as being placed, a pod running for a while was told its GPUs were
@@ -118,7 +119,7 @@ class ClusterView:
             placing: dict[str, int] = {}
             for e in self.inflight:
                 if e.namespace == namespace and not holds.holds(e.claim_uid):
-                    into = bound if e.state is WriteState.WRITTEN else placing
+                    into = bound if e.state is WriteState.WRITTEN and e.answered else placing
                     into[e.class_name] = into.get(e.class_name, 0) + e.count
             return BudgetUse(bound, placing)
 
