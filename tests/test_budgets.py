@@ -9,7 +9,7 @@ from typing import Any
 from gpuclaimctl.decide.budget import check_budgets
 from gpuclaimctl.model import api
 from gpuclaimctl.model.budgets import BudgetInfo, BudgetUse
-from tests.sim.fakeapi import BUDGETS, CLAIMS
+from tests.sim.fakeapi import BUDGETS, CLAIMS, CLASSES
 from tests.sim.harness import NS
 from tests.test_sync_scenarios import Story
 
@@ -217,8 +217,11 @@ def test_a_limit_naming_no_class_is_told_until_the_class_is_made() -> None:
     assert (found["status"], found["reason"]) == ("False", "UnknownClass")
     assert found["message"].startswith("no GPUClass named a100: its limit caps nothing")
     assert [e.reason for e in s.fake.events] == ["UnknownClass"]
+    writes: list[str] = []
+    s.fake.before_write = lambda m, _b: writes.append(m)
     s.sync("budget:team/team-a")  # nothing new: neither a write nor a second event
-    assert [e.reason for e in s.fake.events] == ["UnknownClass"]
+    assert writes == [] and [e.reason for e in s.fake.events] == ["UnknownClass"]
+    s.fake.before_write = None
     s._create_class("a100")
     s.see_all()
     s.drain()
@@ -228,6 +231,14 @@ def test_a_limit_naming_no_class_is_told_until_the_class_is_made() -> None:
     assert (found["status"], found["reason"]) == ("True", "AllFound")
     exceeded = next(c for c in budget["status"]["conditions"] if c["type"] == "Exceeded")
     assert exceeded["status"] == "False"
+    s.fake.delete(CLASSES, "", "a100")  # gone again: told again
+    s.see_all()
+    s.drain()
+    budget = s.fake.get(BUDGETS, NS, "team-a")
+    assert budget is not None
+    found = next(c for c in budget["status"]["conditions"] if c["type"] == "ClassesFound")
+    assert found["status"] == "False"
+    assert [e.reason for e in s.fake.events] == ["UnknownClass", "UnknownClass"]
 
 
 def test_a_bind_the_api_server_answered_is_told_as_bound_before_the_watch_shows_it() -> None:

@@ -1416,4 +1416,17 @@ def test_a_pod_naming_claims_without_the_gate_is_told_once_and_placed_never() ->
     s.see_all()
     s.drain()
     assert [e.reason for e in s.fake.events if e.type == "Warning"] == ["NotGated"]
+    # Not told: one released by us before (the placed-node annotation comes
+    # with the release, in one patch), one already on a node, one finished.
+    entries = json.dumps([{"name": "g", "className": "alpha", "count": 1}])
+    for name, annotations, spec, status in (
+            ("released", {api.PLACED_NODE_ANNOTATION: "n0"}, {}, {}),
+            ("on-node", {}, {"nodeName": "n0"}, {}),
+            ("finished", {}, {}, {"phase": "Succeeded"})):
+        s.fake.create(PODS, {"metadata": {"name": name, "namespace": NS, "annotations": {
+            api.CLAIMS_ANNOTATION: entries, **annotations}},
+            "spec": {"containers": [{"name": "c"}], **spec}, "status": status})
+    s.see_all()
+    s.drain()
+    assert [e.reason for e in s.fake.events if e.type == "Warning"] == ["NotGated"]
     s.check_quiet()
