@@ -108,11 +108,10 @@ class ClusterView:
         """GPUs of `namespace` per class: bound (as the informer shows, or
         as the API server answered a bind of ours the informer does not
         show yet: InFlight.answered), and placed by us with no answer yet
-        (in flight). The
-        split is for people (a Budget message); the checks use the sum. A
-        bind answered is bound whatever the watch's lag: with it counted
-        as being placed, a pod running for a while was told its GPUs were
-        still "being placed"."""
+        (in flight). The split is for people (a Budget message); the checks
+        use the sum. A bind answered is bound whatever the watch's lag:
+        with it counted as being placed, a pod running for a while was told
+        its GPUs were still "being placed"."""
         with self.lock:
             holds = self._budget_holds
             bound = dict(holds.sums.get(namespace, {}))
