@@ -1430,3 +1430,29 @@ def test_a_pod_naming_claims_without_the_gate_is_told_once_and_placed_never() ->
     s.drain()
     assert [e.reason for e in s.fake.events if e.type == "Warning"] == ["NotGated"]
     s.check_quiet()
+
+
+def test_a_claim_two_waiting_pods_name_says_why_the_older_waits_and_is_not_rewritten_in_turn() -> None:
+    """Found by a real-plane attack: two gated pods waiting for different
+    reasons on one shared claim wrote their Waiting on it in turn, about
+    once a second each, for as long as they waited. The older pod's reason
+    stands; the younger is told by its Warning event."""
+    s = Story(nodes=(4,))
+    s.claim("shared", 8)  # more than any node has: Capacity
+    s.pod("old", [{"name": "g", "claim": "shared"}, {"name": "h", "className": "nosuch", "count": 1}])
+    s.pod("young", [{"name": "g", "claim": "shared"}])
+    s.see_all()
+    writes: list[str] = []
+    s.fake.before_write = lambda m, b: writes.append(b["metadata"]["name"]) \
+        if m == "update_claim_status" else None
+    for _ in range(3):
+        s.sync("pod:team/old")
+        s.sync("pod:team/young")
+        s.see_all()
+    assert writes.count("shared") == 1
+    shared = s.fake.get(CLAIMS, NS, "shared")
+    assert shared is not None
+    waiting = next(c for c in shared["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
+    assert waiting["reason"] == "ClassNotFound"
+    assert [(e.reason, e.involved) for e in s.fake.events if e.type == "Warning"] == \
+        [("ClassNotFound", f"Pod/{NS}/old"), ("Capacity", f"Pod/{NS}/young")]

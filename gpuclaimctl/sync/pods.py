@@ -72,6 +72,7 @@ from gpuclaimctl.model.snapshot import (
     parse_time,
 )
 from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated
+from gpuclaimctl.state import indexes
 from gpuclaimctl.state.inflight import may_still_land_for, parse_rv
 from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
@@ -475,6 +476,13 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
             # Reserved by another pod, which it serves: its conditions are
             # that pod's (this one is told by its Warning event).
             continue
+        if _older_gated_pod_names(ctx, claim, pod):
+            # Named by an older gated pod too: the claim says why that one
+            # waits, so it has one writer (this one is told by its Warning
+            # event). Pods writing theirs in turn rewrote a shared claim
+            # about once a second for as long as they waited (a real-plane
+            # attack: about 1,100 writes per shared claim in 12 minutes).
+            continue
         uid = claim["metadata"].get("uid", "")
         said = podplan.waiting_condition(claim) or {}
         wrote = ctx.memories.waiting_written.get(uid)
@@ -513,6 +521,20 @@ def _waiting(ctx: SyncContext, pod: Obj, decision: Waiting, raw: Mapping[str, Ma
     soonest = _next_rejection_end(rejections, now)
     if soonest is not None:
         ctx.enqueue_after(POD + keys.key_of(pod), soonest)
+
+
+def _older_gated_pod_names(ctx: SyncContext, claim: Mapping[str, Any], pod: Obj) -> bool:
+    """Whether a gated pod older than `pod` (creation, namespace, name) names `claim`."""
+    meta = pod["metadata"]
+    age = (meta.get("creationTimestamp") or "", meta.get("namespace", ""), meta.get("name", ""))
+    for other in ctx.pods.by_index(indexes.PODS_BY_CLAIM, keys.key_of(claim)):
+        m = other["metadata"]
+        if m.get("uid") == meta.get("uid") or not has_gate(other) or m.get("deletionTimestamp") \
+                or m.get("uid") in ctx.memories.released:
+            continue
+        if (m.get("creationTimestamp") or "", m.get("namespace", ""), m.get("name", "")) < age:
+            return True
+    return False
 
 
 def _next_rejection_end(rejections: Iterable[Rejection], now: datetime) -> float | None:
