@@ -212,8 +212,8 @@ def test_a_full_queue_drops_and_counts_events_instead_of_blocking_the_sync(
     server: EventServer, counts: Counts,
 ) -> None:
     recorder = recorder_on(server, counts, queue_size=3)
-    for i in range(5):
-        recorder.event(pod(f"p{i}"), "Normal", "Placed", "placed on gpu-a100-0")
+    taken = [recorder.event(pod(f"p{i}"), "Normal", "Placed", "placed on gpu-a100-0") for i in range(5)]
+    assert taken == [True, True, True, False, False], "the caller learns which were dropped"
     assert recorder.queued == 3
     assert counts[Outcome.DROPPED] == 2
 
@@ -225,7 +225,7 @@ def test_a_full_queue_drops_and_counts_events_instead_of_blocking_the_sync(
 
 def test_an_event_of_an_unknown_type_is_refused_at_once(server: EventServer, counts: Counts) -> None:
     recorder = recorder_on(server, counts)
-    recorder.event(pod(), "Error", "Capacity", "no")
+    assert not recorder.event(pod(), "Error", "Capacity", "no")
     assert recorder.queued == 0 and counts[Outcome.FAILED] == 1
 
 

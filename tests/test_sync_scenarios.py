@@ -1456,3 +1456,19 @@ def test_a_claim_two_waiting_pods_name_says_why_the_older_waits_and_is_not_rewri
     assert waiting["reason"] == "ClassNotFound"
     assert [(e.reason, e.involved) for e in s.fake.events if e.type == "Warning"] == \
         [("ClassNotFound", f"Pod/{NS}/old"), ("Capacity", f"Pod/{NS}/young")]
+
+
+def test_a_warning_the_recorder_dropped_is_told_again_by_the_next_sync() -> None:
+    """Under a flood of events the recorder's queue is full and drops them:
+    what a pod was told is remembered only once the recorder took it, so a
+    pod told once (NotGated) or on a change of reason is not left untold."""
+    s = Story(nodes=(4,))
+    s.fake.inject("event", ApiError(503, "ServiceUnavailable", "the queue is full"), landed=False)
+    s.pod("p", [{"name": "g"}])  # InvalidClaims
+    s.see_all()
+    s.sync("pod:team/p")
+    assert s.fake.events == []
+    s.sync("pod:team/p")
+    assert [e.reason for e in s.fake.events] == ["InvalidClaims"]
+    s.sync("pod:team/p")
+    assert [e.reason for e in s.fake.events] == ["InvalidClaims"]

@@ -168,13 +168,15 @@ class EventRecorder:
 
     # -- the sync side ------------------------------------------------------------
 
-    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> bool:
         """Queue an event about ``obj`` and return at once; never raises for
-        the API server's sake, never blocks on it."""
+        the API server's sake, never blocks on it. False if it was dropped
+        (the queue full, stopping, fenced, an unsupported type): a caller
+        that tells a thing once may tell it again later."""
         if type_ not in EVENT_TYPES:
             log.error("unsupported event type %r (reason %s); not recorded", type_, reason)
             self._count(Outcome.FAILED)
-            return
+            return False
         body = make_event(obj, type_, reason, message, component=self._component,
                           instance=self._instance, now=self._clock.now())
         with self._cond:
@@ -196,6 +198,7 @@ class EventRecorder:
                 self._cond.notify_all()
         if dropped:
             self._count(Outcome.DROPPED)
+        return not dropped
 
     # -- lifecycle --------------------------------------------------------------------
 

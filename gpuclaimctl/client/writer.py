@@ -159,8 +159,9 @@ class Writer:
 
     # -- events -----------------------------------------------------------------
 
-    def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event about obj.
+    def event(self, obj: Obj, type_: str, reason: str, message: str) -> bool:
+        """Record a core/v1 Event about obj; True if it was handed over (or
+        sent), False if it was dropped or failed.
 
         With a recorder, hand it over and return at once: the recorder
         queues it (or drops it when full) and sends it from its own thread,
@@ -168,8 +169,7 @@ class Writer:
         the Writer's limiter; failure to record is logged, not raised --
         except `NotLeader`: a refused write is never an API error."""
         if self._recorder is not None:
-            self._recorder.event(obj, type_, reason, message)
-            return
+            return self._recorder.event(obj, type_, reason, message)
         event = make_event(obj, type_, reason, message, component=self._component,
                            instance=f"{self._component}-{self._host}", now=time.time())
         ns, name = event["metadata"]["namespace"], obj["metadata"]["name"]
@@ -178,3 +178,5 @@ class Writer:
                          fence=self._fence, limiter=self._limiter)
         except (ApiError, OSError) as e:
             log.warning("could not record event %s on %s/%s: %s", reason, ns, name, e)
+            return False
+        return True

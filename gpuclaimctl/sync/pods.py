@@ -556,11 +556,18 @@ def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: s
     ctx.memories.waiting_told[told_key(pod)] = (str(reason), message)
     if ctx.memories.last_warning.get(told_key(pod)) == said:
         return
-    ctx.memories.last_warning[told_key(pod)] = said
     if reason is api.WaitReason.INVALID_CLAIMS and not counted and ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
-    ctx.writer.event(_pod_ref(pod), "Warning", str(reason), message)
+    _tell_once(ctx, pod, said, str(reason), message)
+
+
+def _tell_once(ctx: SyncContext, pod: Obj, said: str, reason: str, message: str) -> None:
+    """A Warning event about `pod`, remembered as `said` (Memories.last_warning)
+    only once the recorder took it: one dropped (its queue full under a
+    flood of events) is told again by the pod's next sync, not never."""
+    if ctx.writer.event(_pod_ref(pod), "Warning", reason, message):
+        ctx.memories.last_warning[told_key(pod)] = said
 
 
 def _tell_not_gated(ctx: SyncContext, pod: Obj) -> None:
@@ -568,13 +575,12 @@ def _tell_not_gated(ctx: SyncContext, pod: Obj) -> None:
     may run it without their GPUs (podclaims.names_claims_ungated)."""
     if ctx.memories.last_warning.get(told_key(pod)) == NOT_GATED_TOLD:
         return
-    ctx.memories.last_warning[told_key(pod)] = NOT_GATED_TOLD
     message = (f"the pod names GPU claims (annotation {api.CLAIMS_ANNOTATION}) but has no scheduling "
                f"gate {api.SCHEDULING_GATE}, so gpuclaimctl does not place them and kube-scheduler may "
                "run it without their GPUs: create it with the gate (the admission webhook adds it in "
                "the namespaces it serves)")
     log.info("pod names claims without the gate", extra={"pod": keys.key_of(pod)})
-    ctx.writer.event(_pod_ref(pod), "Warning", NOT_GATED_TOLD, message)
+    _tell_once(ctx, pod, NOT_GATED_TOLD, NOT_GATED_TOLD, message)
 
 
 def _pod_ref(pod: Obj) -> Obj:

@@ -279,7 +279,7 @@ class FakeApi:
         except (NotFound, Conflict):
             return False
 
-    def event(self, obj: Obj, type_: str, reason: str, message: str) -> None:
+    def event(self, obj: Obj, type_: str, reason: str, message: str) -> bool:
         m = obj["metadata"]
         kind = obj.get("kind", "Pod")
         involved = f"{kind}/{m['namespace']}/{m['name']}" if m.get("namespace") else f"{kind}/{m['name']}"
@@ -290,7 +290,8 @@ class FakeApi:
         try:
             self._writer_call("event", body, lambda: self.events.append(recorded), translate=False)
         except (ApiError, OSError):
-            pass  # the real Writer logs a failed event and goes on
+            return False  # the real Writer logs a failed event and goes on
+        return True
 
     # -- fault injection ---------------------------------------------------------
 
