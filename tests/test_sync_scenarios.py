@@ -1472,3 +1472,16 @@ def test_a_warning_the_recorder_dropped_is_told_again_by_the_next_sync() -> None
     assert [e.reason for e in s.fake.events] == ["InvalidClaims"]
     s.sync("pod:team/p")
     assert [e.reason for e in s.fake.events] == ["InvalidClaims"]
+    # A pod without the gate never changes again: no event of its own would
+    # sync it, so a drop brings a sync of its own, later.
+    s.fake.inject("event", ApiError(503, "ServiceUnavailable", "the queue is full"), landed=False)
+    s.fake.create(PODS, {"metadata": {"name": "bare", "namespace": NS, "annotations": {
+        api.CLAIMS_ANNOTATION: json.dumps([{"name": "g", "className": "alpha", "count": 1}])}},
+        "spec": {"containers": [{"name": "c"}]}})
+    s.see_all()
+    s.ctl.queue.ready.clear()
+    s.sync("pod:team/bare")  # dropped
+    assert [e.reason for e in s.fake.events] == ["InvalidClaims"]
+    assert "pod:team/bare" in s.ctl.queue.delayed, "synced again later to tell it"
+    s.drain()
+    assert [e.reason for e in s.fake.events] == ["InvalidClaims", "NotGated"]

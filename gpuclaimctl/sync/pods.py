@@ -89,6 +89,10 @@ _UNSETTLED_RETRY = 1.0
 # Seconds before a pod whose Waiting write met a newer version of its claim
 # is decided again (see _waiting).
 _WAITING_CONFLICT_RETRY = 1.0
+# Seconds before a pod whose Warning the event recorder dropped (its queue
+# full: at the default --event-qps of 20, a full queue of 1,000 drains in
+# about 50 s) is synced again to tell it.
+_TELL_AGAIN_AFTER = 30.0
 
 
 def sync_pod(ctx: SyncContext, key: str) -> None:
@@ -565,9 +569,13 @@ def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: s
 def _tell_once(ctx: SyncContext, pod: Obj, said: str, reason: str, message: str) -> None:
     """A Warning event about `pod`, remembered as `said` (Memories.last_warning)
     only once the recorder took it: one dropped (its queue full under a
-    flood of events) is told again by the pod's next sync, not never."""
+    flood of events) is told again by the pod's next sync, which comes
+    within _TELL_AGAIN_AFTER (a pod that never changes would otherwise
+    wait for a resync)."""
     if ctx.writer.event(_pod_ref(pod), "Warning", reason, message):
         ctx.memories.last_warning[told_key(pod)] = said
+    else:
+        ctx.enqueue_after(POD + keys.key_of(pod), _TELL_AGAIN_AFTER)
 
 
 def _tell_not_gated(ctx: SyncContext, pod: Obj) -> None:
