@@ -251,7 +251,7 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: T
        pod's claim, a name taken): the reason decide() puts first;
     2. else the Waiting condition of its first claim (annotation order) that
        is its own: a claim no other gated pod names (a shared claim says the
-       reason of whichever pod was decided last);
+       reason of the oldest gated pod naming it);
     3. else what the controller last told the pod (`told`: the leader's
        memory, or its Warning events), unless that was a claim it could not
        use and 1 finds none now (fixed meanwhile: the next decision tells);

@@ -162,7 +162,7 @@ def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj], unusable: Set[str] = 
 
 def _shared(pod: Obj, pods: Sequence[Obj]) -> set[str]:
     """The GPUClaims another gated pod of `pod`'s namespace names too: their
-    Waiting condition says the wait of whichever was decided last."""
+    Waiting condition says the wait of the oldest gated pod naming it."""
     meta = pod.get("metadata") or {}
     named = statusview.claims_named_by_gated(pods, skip_uid=str(meta.get("uid") or ""))
     return {name for (ns, name) in named if ns == meta.get("namespace")}
