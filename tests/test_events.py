@@ -229,6 +229,64 @@ def test_an_event_of_an_unknown_type_is_refused_at_once(server: EventServer, cou
     assert recorder.queued == 0 and counts[Outcome.FAILED] == 1
 
 
+def test_events_queued_within_the_batch_window_go_together_once_it_ends(
+    server: EventServer, counts: Counts,
+) -> None:
+    clock = FakeClock()
+    recorder = recorder_on(server, counts, clock=clock, batch_window=0.1)
+    recorder.start()
+    recorder.event(pod("p0"), "Normal", "Placed", "placed")
+    start = clock.monotonic()
+    clock.wait_for_sleeper(start + 0.1)  # gathering
+    for i in (1, 2):
+        recorder.event(pod(f"p{i}"), "Normal", "Placed", "placed")
+    assert server.sent == [] and recorder.queued == 3
+    clock.step(0.1)
+    clock.wait_for_sleeper(None)  # sent, and idle again
+    assert [s.body["involvedObject"]["name"] for s in server.sent] == ["p0", "p1", "p2"]
+    assert counts[Outcome.CREATED] == 3
+    recorder.stop()
+
+
+def test_a_full_batch_goes_without_waiting_out_the_window(server: EventServer, counts: Counts) -> None:
+    clock = FakeClock()
+    recorder = recorder_on(server, counts, clock=clock, batch_window=60.0)
+    for i in range(events.BATCH_MAX + 1):
+        recorder.event(pod(f"p{i}", uid=f"u{i}"), "Normal", "Placed", "placed")
+    recorder.start()
+    clock.wait_for_sleeper(clock.monotonic() + 60.0)  # the one left over gathers
+    assert len(server.sent) == events.BATCH_MAX
+    recorder.stop()
+
+
+def test_over_the_lean_transport_a_batch_is_one_exchange_and_only_unanswered_events_go_again(
+    counts: Counts,
+) -> None:
+    """Pipelined (kube.request_many): the server answers the first create and
+    hangs up; the two without an answer are sent again, one at a time."""
+    from tests.test_http11 import Server
+
+    def created(request: bytes) -> bytes:
+        body = request.split(b"\r\n\r\n", 1)[1]
+        return b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    http = Server(created, lambda _r: None, created)
+    try:
+        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{http.port}"))
+        recorder = EventRecorder(api, metrics=counts, instance="gpuclaimctl-test", rng=lambda: 0.0)
+        for i in range(3):
+            recorder.event(pod(f"p{i}", uid=f"u{i}"), "Normal", "Placed", "placed")
+        recorder.start()
+        assert recorder.flush(FLUSH)
+        recorder.stop()
+    finally:
+        http.close()
+    names = [orjson.loads(r.split(b"\r\n\r\n", 1)[1])["involvedObject"]["name"] for r in http.requests]
+    assert names == ["p0", "p1", "p1", "p2"]
+    assert http.connections == 2  # the batch's (hung up on), then one the retries share
+    assert counts[Outcome.CREATED] == 3 and counts[Outcome.FAILED] == 0
+
+
 # -- repeats, combining, the spam filter -------------------------------------------------------
 
 

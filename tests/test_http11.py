@@ -254,3 +254,75 @@ def test_a_write_whose_process_paused_after_the_fence_check_never_leaves() -> No
         assert server.requests == []
     finally:
         server.close()
+
+
+# -- pipelining (the event recorder's batches) ---------------------------------------------
+
+
+def _requests(n: int) -> list[tuple[str, str, dict[str, str], bytes | None]]:
+    return [("POST", f"/e/{i}", {"Content-Type": "application/json"}, b'{"n":%d}' % i) for i in range(n)]
+
+
+def test_pipelined_requests_are_answered_in_order_over_one_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(ok(b"one"), chunked(b"tw", b"o"), ok(b"three"))
+    assert http.pipeline(_requests(3), 5) == [(200, b"one"), (201, b"two"), (200, b"three")]
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/e/0", b"/e/1", b"/e/2"]
+    assert all(r.endswith(b'{"n":%d}' % i) for i, r in enumerate(server.requests))
+    assert http.request("GET", "/after", {}, None, 5) == (200, b"three")
+    assert server.connections == 1
+
+
+def test_requests_after_an_answer_that_closes_the_connection_are_errors(serve) -> None:  # type: ignore[no-untyped-def]
+    """They were not served, but a caller cannot know that in general (see
+    the next test): each is an HttpError, as a request without an answer."""
+    server, http = serve(ok(b"one", "Connection: close\r\n"), ok(b"later"))
+    answers = http.pipeline(_requests(3), 5)
+    assert answers[0] == (200, b"one")
+    assert all(isinstance(a, HttpError) for a in answers[1:]), answers
+    assert http.request("GET", "/after", {}, None, 5) == (200, b"later")
+    assert server.connections == 2
+
+
+def test_requests_a_server_hung_up_on_are_errors_and_the_connection_is_dropped(serve) -> None:  # type: ignore[no-untyped-def]
+    server, http = serve(ok(b"one"), lambda _r: None, ok(b"later"))
+    answers = http.pipeline(_requests(3), 5)
+    assert answers[0] == (200, b"one")
+    assert all(isinstance(a, HttpError) for a in answers[1:]), answers
+    assert http.request("GET", "/after", {}, None, 5) == (200, b"later")
+    assert server.connections == 2
+
+
+def test_a_fence_that_refuses_keeps_the_whole_pipeline_in(serve) -> None:  # type: ignore[no-untyped-def]
+    from gpuclaimctl.client.fence import NotLeader
+
+    def refuse() -> float:
+        raise NotLeader("the lease is gone")
+
+    server, http = serve(ok(b"{}"))
+    with pytest.raises(NotLeader):
+        http.pipeline(_requests(2), 5, refuse)
+    time.sleep(0.2)
+    assert server.requests == []
+
+
+def test_kube_request_many_maps_each_answer_and_keeps_the_order() -> None:
+    server = Server(ok(b'{"n":0}'), lambda _r: (
+        b'HTTP/1.1 409 Conflict\r\nContent-Length: 67\r\n\r\n'
+        b'{"kind":"Status","reason":"AlreadyExists","message":"it is there!"}'), ok(b""))
+    try:
+        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.port}/k8s"))
+        out = kube.request_many(api, [("POST", "/api/v1/namespaces/a/events", {"n": 0}, "application/json"),
+                                      ("POST", "/api/v1/namespaces/a/events", {"n": 1}, "application/json"),
+                                      ("PATCH", "/api/v1/namespaces/a/events/x", {"count": 2},
+                                       "application/strategic-merge-patch+json")],
+                                fence=lambda: 3.0)
+        assert out[0] == b'{"n":0}' and out[2] == b""
+        assert isinstance(out[1], ApiError) and out[1].status == 409
+        assert server.connections == 1
+        assert [r.split(b"\r\n")[0] for r in server.requests] == [
+            b"POST /k8s/api/v1/namespaces/a/events?timeout=3000ms HTTP/1.1",
+            b"POST /k8s/api/v1/namespaces/a/events?timeout=3000ms HTTP/1.1",
+            b"PATCH /k8s/api/v1/namespaces/a/events/x?timeout=3000ms HTTP/1.1"]
+        assert b"Content-Type: application/strategic-merge-patch+json" in server.requests[2]
+    finally:
+        server.close()

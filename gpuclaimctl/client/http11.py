@@ -27,7 +27,7 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 # A status line or header line longer than this is not the API server.
 _MAX_LINE = 65536
@@ -91,6 +91,51 @@ class Http11:
         else:
             conn.close()
         return status, data
+
+    def pipeline(self, requests: Sequence[tuple[str, str, dict[str, str], bytes | None]],
+                 timeout: float, fence: Callable[[], float] | None = None,
+                 ) -> list[tuple[int, bytes] | HttpError]:
+        """Send `requests` (method, target, headers, body) back to back on one
+        connection and read their answers in order (HTTP/1.1 pipelining, RFC
+        9112 9.3.2); return one (status, body) per request, or an HttpError
+        where no answer came: the connection broke, timed out or was closed
+        by the server before it. Such a request may or may not have been
+        served, as for `request`. `timeout` bounds the whole exchange;
+        `fence` is called once, right before the first byte leaves, and
+        what it raises stops every request.
+
+        The RFC's caution about pipelining a non-idempotent request (a
+        POST) is about not knowing which of them were served when the
+        connection breaks; the caller must be able to tell (the event
+        recorder's creates have names of their own: one sent again is
+        refused as AlreadyExists)."""
+        deadline = time.monotonic() + timeout
+        data = b"".join(_head(method, target, self._host, headers, body) + (body or b"")
+                        for method, target, headers, body in requests)
+        conn = self._take(deadline)
+        answers: list[tuple[int, bytes] | HttpError] = []
+        keep = False
+        try:
+            conn.send(data, deadline, fence)
+            for _ in requests:
+                status, body, keep = conn.answer(deadline)
+                answers.append((status, body))
+                if not keep:
+                    break
+        except HttpError as e:
+            conn.close()
+            answers.extend(e for _ in range(len(requests) - len(answers)))
+            return answers
+        except BaseException:
+            conn.close()
+            raise
+        if keep:
+            self._give(conn)
+        else:
+            conn.close()
+            lost = HttpError("the server closed the connection before answering")
+            answers.extend(lost for _ in range(len(requests) - len(answers)))
+        return answers
 
     def close(self) -> None:
         with self._lock:
@@ -182,13 +227,28 @@ class _Conn:
 
     def exchange(self, head: bytes, body: bytes | None, deadline: float,
                  fence: Callable[[], float] | None = None) -> tuple[int, bytes, bool]:
-        data_out = head + body if body else head
+        deadline = self.send(head + body if body else head, deadline, fence)
+        return self.answer(deadline)
+
+    def send(self, data: bytes, deadline: float, fence: Callable[[], float] | None = None) -> float:
+        """Send `data` (whole requests); return the deadline, cut by what
+        `fence`, called right before, allows."""
         if fence is not None:
             # Raises (NotLeader: not an OSError) to keep the request in.
             deadline = min(deadline, time.monotonic() + fence())
         try:
             self._timeout(deadline)
-            self.sock.sendall(data_out)
+            self.sock.sendall(data)
+        except (OSError, ValueError) as e:
+            if isinstance(e, HttpError):
+                raise
+            raise HttpError(f"HTTP exchange failed: {e}") from e
+        return deadline
+
+    def answer(self, deadline: float) -> tuple[int, bytes, bool]:
+        """The next answer: status, body, and whether the connection may be
+        used again."""
+        try:
             status, fields = self._read_head(deadline)
             while 100 <= status < 200:  # an interim answer: the real one follows
                 status, fields = self._read_head(deadline)

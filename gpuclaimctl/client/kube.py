@@ -162,6 +162,63 @@ def request(
     raise error_from_answer(status, data)
 
 
+Sent = tuple[str, str, Any, str]
+"""One request of `request_many`: method, path, body (encoded as JSON; None
+for none), content type."""
+
+
+def request_many(
+    api_client: client.ApiClient,
+    requests: Sequence[Sent],
+    *,
+    timeout: float = 30.0,
+    fence: Callable[[], float] | None = None,
+) -> list[bytes | ApiError | OSError]:
+    """Send `requests` in order; return, for each, its body, the ApiError its
+    answer means, or an OSError where no answer came (it may or may not
+    have been served). What `fence` raises stops them all, as in `request`.
+
+    Over the lean transport they go back to back on one connection
+    (Http11.pipeline): a batch of small writes costs the round trip and the
+    wake-ups once, not once each (`make bench-http`). A caller pipelining
+    creates must be able to tell a create sent again (see Http11.pipeline).
+    Through urllib3 (a proxy) they are sent one after another.
+    """
+    if fence is not None:
+        timeout = min(timeout, fence())
+    query = f"?timeout={max(1, int(timeout * 1000))}ms" if fence is not None else ""
+    base = _prepared(api_client, "application/json")[0]
+    transport = _transport(api_client, base)
+    if transport is None:
+        results: list[bytes | ApiError | OSError] = []
+        for method, path, body, content_type in requests:
+            try:
+                results.append(request(api_client, method, path, body=body, content_type=content_type,
+                                       timeout=timeout, fence=fence))
+            except (ApiError, OSError) as e:
+                results.append(e)
+            except urllib3.exceptions.HTTPError as e:
+                results.append(OSError(f"{method} {path}: {e}"))
+        return results
+    prefix = _base_path(base)
+    prepared = [(method, prefix + path + query, _prepared(api_client, content_type)[1],
+                 None if body is None else orjson.dumps(body))
+                for method, path, body, content_type in requests]
+    out: list[bytes | ApiError | OSError] = []
+    for answer in transport.pipeline(prepared, timeout, fence):
+        if isinstance(answer, OSError):
+            out.append(answer)
+            continue
+        status, data = answer
+        if 200 <= status < 300:
+            out.append(data)
+        else:
+            if status == 401:
+                _PREPARED.pop(api_client, None)
+            out.append(error_from_answer(status, data))
+    return out
+
+
 # How long the URL base and headers (the bearer token above all) the
 # client makes are reused. Making them runs the kubeconfig loader's token
 # refresh hook, which rebuilds the client's configuration (proxy settings

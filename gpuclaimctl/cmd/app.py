@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl import __version__
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.events import BATCH_WINDOW as EVENT_BATCH_WINDOW
 from gpuclaimctl.client.events import EventRecorder
 from gpuclaimctl.client.fence import NotLeader, WriteFence
 from gpuclaimctl.client.metricsauth import ApiServerAuth
@@ -128,7 +129,8 @@ def build_recorder(api_client: client.ApiClient, options: Options, registry: Col
     """The event recorder (not started): --event-qps/--event-burst, fenced
     like the Writer, its counts in `registry`."""
     return EventRecorder(api_client, fence=fence, qps=options.event_qps,
-                         burst=options.event_burst, metrics=EventMetrics(registry))
+                         burst=options.event_burst, metrics=EventMetrics(registry),
+                         batch_window=EVENT_BATCH_WINDOW)
 
 
 def build(api_client: client.ApiClient, options: Options, registry: CollectorRegistry,
