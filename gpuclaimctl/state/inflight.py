@@ -101,6 +101,13 @@ class InFlight:
         """Seconds until a live read may tell whether this write landed."""
         return 0.0 if self.lost_at is None else may_still_land_for(self.lost_at, now)
 
+    def answered_with(self, rv_seen: int) -> bool:
+        """Whether `rv_seen` is the version the API server answered this
+        process's own bind with (`written`; not a new leader's catch-up,
+        `add_seen_elsewhere`, whose base is -1)."""
+        return self.state is WriteState.WRITTEN and self.answered and self.base >= 0 \
+            and rv_seen == self.written
+
     def ended_by(self, rv_seen: int) -> bool:
         """Does a claim version `rv_seen` account for this write?"""
         if self.state is WriteState.WRITTEN:
