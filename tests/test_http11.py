@@ -315,14 +315,14 @@ def test_kube_request_many_maps_each_answer_and_keeps_the_order() -> None:
                                       ("POST", "/api/v1/namespaces/a/events", {"n": 1}, "application/json"),
                                       ("PATCH", "/api/v1/namespaces/a/events/x", {"count": 2},
                                        "application/strategic-merge-patch+json")],
-                                fence=lambda: 3.0)
+                                fence=lambda: 3.0)  # the server's deadline: a third each
         assert out[0] == b'{"n":0}' and out[2] == b""
         assert isinstance(out[1], ApiError) and out[1].status == 409
         assert server.connections == 1
         assert [r.split(b"\r\n")[0] for r in server.requests] == [
-            b"POST /k8s/api/v1/namespaces/a/events?timeout=3000ms HTTP/1.1",
-            b"POST /k8s/api/v1/namespaces/a/events?timeout=3000ms HTTP/1.1",
-            b"PATCH /k8s/api/v1/namespaces/a/events/x?timeout=3000ms HTTP/1.1"]
+            b"POST /k8s/api/v1/namespaces/a/events?timeout=1000ms HTTP/1.1",
+            b"POST /k8s/api/v1/namespaces/a/events?timeout=1000ms HTTP/1.1",
+            b"PATCH /k8s/api/v1/namespaces/a/events/x?timeout=1000ms HTTP/1.1"]
         assert b"Content-Type: application/strategic-merge-patch+json" in server.requests[2]
     finally:
         server.close()
