@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections import Counter
 from typing import Any
 
@@ -430,6 +431,49 @@ def test_a_request_without_an_answer_is_retried_and_a_lost_create_is_not_doubled
     assert server.methods() == ["POST", "POST", "POST"]  # the last one found it there
     assert len(server.stored) == 1
     assert counts[Outcome.CREATED] == 1 and counts[Outcome.FAILED] == 0
+
+
+def test_an_event_the_server_ran_out_of_time_for_is_tried_again(server: EventServer, counts: Counts) -> None:
+    """A 504 (the deadline the request carried ran out: a pipelined request
+    gets a share of the batch's) says nothing of whether it was written."""
+    clock = FakeClock()
+    recorder = recorder_on(server, counts, clock=clock, rng=lambda: 0.5)
+    server.fail_next(504)
+    recorder.event(pod(), "Normal", "Placed", "placed on gpu-a100-0")
+    start = clock.monotonic()
+    recorder.start()
+    clock.wait_for_sleeper(start + 5.0)
+    clock.step(5.0)
+    clock.wait_for_sleeper(None)
+    recorder.stop()
+    assert server.methods() == ["POST", "POST"]
+    assert counts[Outcome.CREATED] == 1 and counts[Outcome.FAILED] == 0
+
+
+def test_events_that_cannot_reach_the_server_wait_to_be_tried_again(counts: Counts) -> None:
+    """No connection at all (an API server restarting): the batch's events
+    are tried again after the retry sleep, not failed at once."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    clock = FakeClock()
+    api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    recorder = EventRecorder(api, metrics=counts, instance="gpuclaimctl-test", clock=clock,
+                             rng=lambda: 0.5)
+    for i in range(3):
+        recorder.event(pod(f"p{i}", uid=f"u{i}"), "Normal", "Placed", "placed")
+    start = clock.monotonic()
+    recorder.start()
+    clock.wait_for_sleeper(start + 5.0)  # the batch's retry sleep
+    assert counts[Outcome.FAILED] == 0
+    recorder.stop()  # the sender wakes from its sleep and drops them
+    deadline = time.monotonic() + FLUSH
+    while counts[Outcome.DROPPED] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert counts[Outcome.DROPPED] == 3 and counts[Outcome.FAILED] == 0
 
 
 def test_an_answer_refusing_an_event_is_final(server: EventServer, counts: Counts) -> None:

@@ -4,6 +4,7 @@ real-plane tests send every write of the controller through it over TLS)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -319,10 +320,71 @@ def test_kube_request_many_maps_each_answer_and_keeps_the_order() -> None:
         assert out[0] == b'{"n":0}' and out[2] == b""
         assert isinstance(out[1], ApiError) and out[1].status == 409
         assert server.connections == 1
-        assert [r.split(b"\r\n")[0] for r in server.requests] == [
-            b"POST /k8s/api/v1/namespaces/a/events?timeout=1000ms HTTP/1.1",
-            b"POST /k8s/api/v1/namespaces/a/events?timeout=1000ms HTTP/1.1",
-            b"PATCH /k8s/api/v1/namespaces/a/events/x?timeout=1000ms HTTP/1.1"]
+        lines = [re.sub(rb"timeout=\d+ms", b"timeout=Tms", r.split(b"\r\n")[0]) for r in server.requests]
+        assert lines == [b"POST /k8s/api/v1/namespaces/a/events?timeout=Tms HTTP/1.1",
+                         b"POST /k8s/api/v1/namespaces/a/events?timeout=Tms HTTP/1.1",
+                         b"PATCH /k8s/api/v1/namespaces/a/events/x?timeout=Tms HTTP/1.1"]
+        assert all(900 <= t <= 1000 for t in _server_deadlines(server))
         assert b"Content-Type: application/strategic-merge-patch+json" in server.requests[2]
+    finally:
+        server.close()
+
+
+def _server_deadlines(server: Server) -> list[int]:
+    return [int(m.group(1)) for r in server.requests if (m := re.search(rb"timeout=(\d+)ms", r))]
+
+
+def test_the_servers_deadline_is_the_time_left_at_the_send_not_before_connecting() -> None:
+    """DESIGN I3: the fence's first answer (10 s) came before a connection
+    was made; by the send it says 2 s. The API server is given 2 s, not 10:
+    else it could work on the write for 8 s past the Lease. A pipeline's
+    requests share it."""
+    answers = iter([10.0, 2.0, 10.0, 2.0])
+    server = Server(ok(b"{}"))
+    try:
+        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.port}"))
+        kube.request(api, "PUT", "/apis/x/v1/namespaces/ns/things/a", body={"a": 1},
+                     fence=lambda: next(answers))
+        kube.request_many(api, [("POST", "/api/v1/namespaces/a/events", {"n": i}, "application/json")
+                                for i in range(4)], fence=lambda: next(answers))
+        first, *shares = _server_deadlines(server)
+        assert 1900 <= first <= 2000
+        assert len(shares) == 4 and all(450 <= t <= 500 for t in shares), shares
+    finally:
+        server.close()
+
+
+def test_a_pipeline_that_cannot_connect_answers_each_request_with_an_error() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    http = Http11(urllib3.PoolManager().connection_from_url(f"http://127.0.0.1:{port}"))
+    answers = http.pipeline(_requests(3), 2)
+    assert len(answers) == 3 and all(isinstance(a, HttpError) for a in answers)
+
+
+def test_through_urllib3_a_fence_closing_midway_takes_the_unsent_requests_places() -> None:
+    """Behind a proxy the requests go one by one, each fenced: once the
+    fence refuses, that request and the rest are the NotLeader, not sent."""
+    from gpuclaimctl.client.fence import NotLeader
+
+    server = Server(ok(b"{}"))
+    checks = iter([5.0, 5.0, 5.0])
+
+    def fence() -> float:
+        left = next(checks, None)
+        if left is None:
+            raise NotLeader("the lease is gone")
+        return left
+
+    try:
+        api = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.port}"))
+        kube._TRANSPORTS[api] = (kube._prepared(api, "application/json")[0], None)  # urllib3
+        out = kube.request_many(api, [("POST", "/api/v1/namespaces/a/events", {"n": i}, "application/json")
+                                      for i in range(4)], fence=fence)
+        assert out[:2] == [b"{}", b"{}"]
+        assert all(isinstance(o, NotLeader) for o in out[2:])
+        assert len(server.requests) == 2
     finally:
         server.close()

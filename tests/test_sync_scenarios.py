@@ -870,10 +870,7 @@ def test_a_new_waiting_pod_synced_again_before_the_cache_shows_its_waiting_sends
     s.see_all()
     s.sync("pod:team/big")
     s.ctl.informers[CLAIMS].deliver(1)  # the create, not the Waiting write
-    # Its own claim's create is no news to it (Handlers.claim_added); any
-    # other wake-up (GPUs freed, a class changed) may sync it again now.
-    assert "pod:team/big" not in s.ctl.queue.ready
-    s.ctl.queue.add("pod:team/big")
+    assert "pod:team/big" in s.ctl.queue.ready
     before = s.fake.resource_version
     s.sync("pod:team/big")
     assert s.fake.resource_version == before
@@ -895,8 +892,7 @@ def test_a_set_s_claim_made_by_an_earlier_sync_is_not_made_again_while_the_cache
     s.see_all()
     s.sync("pod:team/rep")
     s.ctl.informers[CLAIMS].deliver(1)  # rep-g's create, not rep-h's
-    assert "pod:team/rep" not in s.ctl.queue.ready  # no news to it (as above)
-    s.ctl.queue.add("pod:team/rep")
+    assert "pod:team/rep" in s.ctl.queue.ready
     creates = []
     s.fake.before_write = lambda m, b: creates.append(b["metadata"]["name"]) if m == "create_claim" else None
     s.sync("pod:team/rep")
@@ -1519,3 +1515,29 @@ def test_the_echoes_of_a_pods_own_create_and_bind_do_not_sync_it_again() -> None
     s.fake.update(CLAIMS, claim)
     s.see_all()
     assert "pod:team/other" in s.ctl.queue.ready
+
+
+def test_the_echo_of_a_bind_from_a_sync_that_has_ended_wakes_its_pod() -> None:
+    """Only while the placing sync runs is its own bind's echo no news: a
+    set whose second bind failed leaves the first in flight, and the next
+    sync waits for that bind to be seen back (`unsettled`), woken by its
+    echo, not by the backstop a second later."""
+    s = Story(nodes=(4,))
+    s.pod("p", [{"name": "g", "className": "alpha", "count": 2}, {"name": "h", "className": "alpha", "count": 1}])
+    s.see_all()
+    binds = []
+
+    def second_bind_refused(m: str, _body: Obj) -> None:
+        if m == "update_claim_status":
+            binds.append(m)
+            if len(binds) == 2:
+                s.fake.inject("update_claim_status", ApiError(409, "Conflict", "changed"), landed=False)
+
+    s.fake.before_write = second_bind_refused
+    s.sync("pod:team/p")
+    s.fake.before_write = None
+    assert len(binds) == 2 and s.gated("p")
+    s.ctl.informers[CLAIMS].deliver(2)  # the creates: news too, now that the sync has ended
+    s.ctl.queue.ready.clear()
+    s.ctl.informers[CLAIMS].deliver(10)  # the first bind
+    assert "pod:team/p" in s.ctl.queue.ready

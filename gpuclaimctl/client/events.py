@@ -339,7 +339,7 @@ class EventRecorder:
         for result, answer in zip(results, answers):
             if isinstance(answer, Outcome):
                 self._settle(answer)
-            elif isinstance(answer, ApiError):
+            elif isinstance(answer, ApiError) and not _server_gave_up(answer):
                 self._refused(result, answer, attempt=1)
             elif isinstance(answer, NotLeader):
                 fenced = answer
@@ -378,23 +378,26 @@ class EventRecorder:
                 self._fence_closed(str(e), held=1)
                 return False
             except ApiError as e:
-                self._refused(result, e, attempt)
-                return True
-            except (OSError, urllib3.exceptions.HTTPError) as e:  # no answer: try again
-                if attempt == MAX_TRIES:
-                    log.warning("could not record event %s on %s after %d tries: %s",
-                                event.get("reason"), _where(event), MAX_TRIES, e)
-                    self._settle(Outcome.FAILED)
+                if not _server_gave_up(e):
+                    self._refused(result, e, attempt)
                     return True
-                log.info("could not record event %s on %s, will retry: %s",
-                         event.get("reason"), _where(event), e)
-                delay = RETRY_SLEEP * (self._rng() if attempt == 1 else 1.0)
-                if not self._sleep(delay):
-                    self._settle(Outcome.DROPPED)
-                    return False
-                continue
-            self._settle(outcome)
-            return True
+                failure: Exception = e
+            except (OSError, urllib3.exceptions.HTTPError) as e:  # no answer: try again
+                failure = e
+            else:
+                self._settle(outcome)
+                return True
+            if attempt == MAX_TRIES:
+                log.warning("could not record event %s on %s after %d tries: %s",
+                            event.get("reason"), _where(event), MAX_TRIES, failure)
+                self._settle(Outcome.FAILED)
+                return True
+            log.info("could not record event %s on %s, will retry: %s",
+                     event.get("reason"), _where(event), failure)
+            delay = RETRY_SLEEP * (self._rng() if attempt == 1 else 1.0)
+            if not self._sleep(delay):
+                self._settle(Outcome.DROPPED)
+                return False
         return True
 
     def _refused(self, result: Correlated, e: ApiError, attempt: int) -> None:
@@ -510,6 +513,15 @@ class EventRecorder:
     def _count(self, outcome: Outcome, n: int = 1) -> None:
         if self._metrics is not None and n > 0:
             self._metrics.inc(outcome.value, n)
+
+
+def _server_gave_up(e: ApiError) -> bool:
+    """The API server ran out of the deadline the request carried (504): no
+    answer about the event, which may have been written. Tried again as a
+    request without an answer (a create that landed is then AlreadyExists,
+    counted created), where client-go gives up on every answer: a
+    pipelined request's deadline is a share of the batch's (kube.request_many)."""
+    return e.status == 504
 
 
 def _where(event: Mapping[str, Any]) -> str:

@@ -69,7 +69,8 @@ class Http11:
         return cls(pool, max_idle=int(getattr(getattr(pool, "pool", None), "maxsize", 0) or 32))
 
     def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None,
-                timeout: float, fence: Callable[[], float] | None = None) -> tuple[int, bytes]:
+                timeout: float, fence: Callable[[], float] | None = None, *,
+                server_deadline: bool = False) -> tuple[int, bytes]:
         """Send one request; return (status, body). `target`: path and query.
         `timeout` bounds the whole exchange, connecting included. `fence`,
         when given, is called again once the connection is ready, right
@@ -77,32 +78,27 @@ class Http11:
         raises stops the request there, and what it returns cuts the time
         left. A check made earlier by the caller is not enough: a pause
         (SIGSTOP) after it, before this deadline was taken, would let the
-        write leave with a fresh timeout once the process runs again."""
-        deadline = time.monotonic() + timeout
-        head = _head(method, target, self._host, headers, body)
-        conn = self._take(deadline)
-        try:
-            status, data, keep = conn.exchange(head, body, deadline, fence)
-        except BaseException:
-            conn.close()
-            raise
-        if keep:
-            self._give(conn)
-        else:
-            conn.close()
-        return status, data
+        write leave with a fresh timeout once the process runs again.
+        With `server_deadline`, the time left then is also sent as the API
+        server's own deadline (`timeout=` in the query): see `_Outgoing`."""
+        answers = self.pipeline([(method, target, headers, body)], timeout, fence,
+                                server_deadline=server_deadline)
+        answer = answers[0]
+        if isinstance(answer, HttpError):
+            raise answer
+        return answer
 
     def pipeline(self, requests: Sequence[tuple[str, str, dict[str, str], bytes | None]],
-                 timeout: float, fence: Callable[[], float] | None = None,
-                 ) -> list[tuple[int, bytes] | HttpError]:
+                 timeout: float, fence: Callable[[], float] | None = None, *,
+                 server_deadline: bool = False) -> list[tuple[int, bytes] | HttpError]:
         """Send `requests` (method, target, headers, body) back to back on one
         connection and read their answers in order (HTTP/1.1 pipelining, RFC
         9112 9.3.2); return one (status, body) per request, or an HttpError
-        where no answer came: the connection broke, timed out or was closed
-        by the server before it. Such a request may or may not have been
-        served, as for `request`. `timeout` bounds the whole exchange;
-        `fence` is called once, right before the first byte leaves, and
-        what it raises stops every request.
+        where no answer came: the connection could not be made, broke,
+        timed out or was closed by the server before it. Such a request may
+        or may not have been served, as for `request`. `timeout` bounds the
+        whole exchange; `fence` is called once, right before the first byte
+        leaves, and what it raises stops every request.
 
         The RFC's caution about pipelining a non-idempotent request (a
         POST) is about not knowing which of them were served when the
@@ -110,13 +106,16 @@ class Http11:
         recorder's creates have names of their own: one sent again is
         refused as AlreadyExists)."""
         deadline = time.monotonic() + timeout
-        data = b"".join(_head(method, target, self._host, headers, body) + (body or b"")
-                        for method, target, headers, body in requests)
-        conn = self._take(deadline)
+        outgoing = _Outgoing(requests, self._host, server_deadline)  # a bad target raises here
+        try:
+            conn = self._take(deadline)
+        except OSError as e:
+            failed = e if isinstance(e, HttpError) else HttpError(f"connecting: {e}")
+            return [failed for _ in requests]
         answers: list[tuple[int, bytes] | HttpError] = []
         keep = False
         try:
-            conn.send(data, deadline, fence)
+            deadline = conn.send(outgoing, deadline, fence)
             for _ in requests:
                 status, body, keep = conn.answer(deadline)
                 answers.append((status, body))
@@ -159,6 +158,39 @@ class Http11:
                 self._idle.append(conn)
                 return
         conn.close()
+
+
+class _Outgoing:
+    """The bytes of requests about to be sent, made when they leave.
+
+    With `server_deadline`, each request's target gets the API server's own
+    deadline (`timeout=<ms>`, as client-go sends it), taken from the time
+    left right before sending, after the fence's last cut: a deadline
+    taken before connecting would let the server work on the write for as
+    long as the connecting took past the Lease (DESIGN I3). The server
+    works on pipelined requests one after another, each from when it reads
+    it, so n requests get a share of the time left each and end by its end.
+    """
+
+    def __init__(self, requests: Sequence[tuple[str, str, dict[str, str], bytes | None]],
+                 host: str, server_deadline: bool) -> None:
+        # Made now: a bad target or header is refused before a connection is taken.
+        fixed = b"".join(_head(method, target, host, headers, body) + (body or b"")
+                         for method, target, headers, body in requests)
+        self._fixed = None if server_deadline else fixed
+        self._requests, self._host = requests, host
+
+    def data(self, left: float) -> bytes:
+        if self._fixed is not None:
+            return self._fixed
+        share = f"timeout={max(1, int(left / max(1, len(self._requests)) * 1000))}ms"
+        out = []
+        for method, target, headers, body in self._requests:
+            target += ("&" if "?" in target else "?") + share
+            out.append(_head(method, target, self._host, headers, body))
+            if body:
+                out.append(body)
+        return b"".join(out)
 
 
 def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -228,20 +260,15 @@ class _Conn:
         except (OSError, ValueError):
             return False
 
-    def exchange(self, head: bytes, body: bytes | None, deadline: float,
-                 fence: Callable[[], float] | None = None) -> tuple[int, bytes, bool]:
-        deadline = self.send(head + body if body else head, deadline, fence)
-        return self.answer(deadline)
-
-    def send(self, data: bytes, deadline: float, fence: Callable[[], float] | None = None) -> float:
-        """Send `data` (whole requests); return the deadline, cut by what
-        `fence`, called right before, allows."""
+    def send(self, outgoing: _Outgoing, deadline: float, fence: Callable[[], float] | None = None) -> float:
+        """Send the requests; return the deadline, cut by what `fence`,
+        called right before, allows."""
         if fence is not None:
             # Raises (NotLeader: not an OSError) to keep the request in.
             deadline = min(deadline, time.monotonic() + fence())
         try:
             self._timeout(deadline)
-            self.sock.sendall(data)
+            self.sock.sendall(outgoing.data(deadline - time.monotonic()))
         except (OSError, ValueError) as e:
             if isinstance(e, HttpError):
                 raise

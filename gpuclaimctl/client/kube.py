@@ -31,6 +31,7 @@ from kubernetes import client, config
 # Re-exported: callers and tests catch `kube.ApiError`; it is errors.ApiError.
 from gpuclaimctl.client.errors import ApiError as ApiError
 from gpuclaimctl.client.errors import error_from_answer
+from gpuclaimctl.client.fence import NotLeader
 from gpuclaimctl.client.http11 import Http11
 
 
@@ -132,6 +133,7 @@ def request(
     if limiter is not None:
         limiter.wait()
     base, headers = _prepared(api_client, content_type)
+    transport = _transport(api_client, base)
     if fence is not None:
         timeout = min(timeout, fence())
         # The API server's own deadline too (client-go sends it as well): a
@@ -139,18 +141,20 @@ def request(
         # land after another replica took the Lease over, as it could for
         # up to --request-timeout (60 s) otherwise. It bounds the handler's
         # context, so a write not yet handed to storage by then never is.
-        query = [*(query or ()), ("timeout", f"{max(1, int(timeout * 1000))}ms")]
+        # The lean transport takes it from the time left right before the
+        # send (Http11.request's server_deadline); through urllib3, from now.
+        if transport is None:
+            query = [*(query or ()), ("timeout", f"{max(1, int(timeout * 1000))}ms")]
     target = path
     if query:
         target += "?" + "&".join(f"{k}={_quoted(str(v))}" for k, v in query)  # as param_serialize
     # Encoded here, once, by orjson: the client's own path walks every body
     # with sanitize_for_serialization and json.dumps.
     payload = None if body is None else orjson.dumps(body)
-    transport = _transport(api_client, base)
     if transport is not None:
         # The fence again, once the connection is ready: see Http11.request.
         status, data = transport.request(method, _base_path(base) + target, headers, payload,
-                                         timeout, fence)
+                                         timeout, fence, server_deadline=fence is not None)
     else:
         # urllib3 (a proxy): no hook before the send; the check above stands.
         resp = api_client.rest_client.pool_manager.request(
@@ -175,44 +179,50 @@ def request_many(
     *,
     timeout: float = 30.0,
     fence: Callable[[], float] | None = None,
-) -> list[bytes | ApiError | OSError]:
+) -> list[bytes | ApiError | OSError | NotLeader]:
     """Send `requests` in order; return, for each, its body, the ApiError its
     answer means, or an OSError where no answer came (it may or may not
-    have been served). What `fence` raises stops them all, as in `request`.
+    have been served). What `fence` raises before the first request stops
+    them all, as in `request`; raised before a later one (through urllib3),
+    it takes that request's place and the rest's, none of which was sent.
 
     Over the lean transport they go back to back on one connection
     (Http11.pipeline): a batch of small writes costs the round trip and the
     wake-ups once, not once each (`make bench-http`). A caller pipelining
     creates must be able to tell a create sent again (see Http11.pipeline).
-    Through urllib3 (a proxy) they are sent one after another.
+    Each gets a share of `timeout` (and of the fenced time) as the API
+    server's deadline, as the server works on them one after another.
+    Through urllib3 (a proxy) they are sent one after another, each with
+    its share of the time.
     """
     if fence is not None:
         timeout = min(timeout, fence())
-    # The server's deadline for each (see `request`), a share of the time
-    # left: it serves pipelined requests one after another, each from when
-    # it reads it, so n shares end by the whole's end, the fence's bound.
-    share = timeout / max(1, len(requests))
-    query = f"?timeout={max(1, int(share * 1000))}ms" if fence is not None else ""
     base = _prepared(api_client, "application/json")[0]
     transport = _transport(api_client, base)
     if transport is None:
-        results: list[bytes | ApiError | OSError] = []
+        share = timeout / max(1, len(requests))
+        results: list[bytes | ApiError | OSError | NotLeader] = []
         for method, path, body, content_type in requests:
             try:
                 results.append(request(api_client, method, path, body=body, content_type=content_type,
-                                       timeout=timeout, fence=fence))
+                                       timeout=share, fence=fence))
             except (ApiError, OSError) as e:
                 results.append(e)
             except urllib3.exceptions.HTTPError as e:
                 results.append(OSError(f"{method} {path}: {e}"))
+            except NotLeader as e:
+                if not results:
+                    raise  # nothing was sent
+                results.extend(e for _ in range(len(requests) - len(results)))
+                break
         return results
     prefix = _base_path(base)
     headers = {t: _prepared(api_client, t)[1] for t in {r[3] for r in requests}}
-    prepared = [(method, prefix + path + query, headers[content_type],
+    prepared = [(method, prefix + path, headers[content_type],
                  None if body is None else orjson.dumps(body))
                 for method, path, body, content_type in requests]
-    out: list[bytes | ApiError | OSError] = []
-    for answer in transport.pipeline(prepared, timeout, fence):
+    out: list[bytes | ApiError | OSError | NotLeader] = []
+    for answer in transport.pipeline(prepared, timeout, fence, server_deadline=fence is not None):
         if isinstance(answer, OSError):
             out.append(answer)
             continue

@@ -106,6 +106,10 @@ class Memories:
     # the informer shows them (sync.pods._create; Handlers.claim_added).
     made_claims: LockedCache[str, Mapping[str, Any]] = field(default_factory=lambda: LockedCache(
         TTLCache(maxsize=TOLD_REMEMBERED, ttl=MADE_CLAIM_REMEMBERED)))
+    # Pods (uid) a sync is placing right now (sync.pods._place): the echoes
+    # of that sync's own claim create and bind are no news to it
+    # (Handlers.claim_added, claim_updated), unlike those that come after it.
+    placing: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Claim creates refused as invalid: body digest -> (status, reason,
     # message) of the refusal (sync.pods._create).
     refused_creates: LockedCache[str, tuple[int, str, str]] = field(default_factory=lambda: LockedCache(

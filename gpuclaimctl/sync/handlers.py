@@ -193,12 +193,14 @@ class Handlers:
         self.woke_by(lambda: self.view.apply_claim(None, claim))
         self._sync_claim_soon(claim)
         # The create of a template claim this process made is no news to the
-        # pod whose sync made it (it holds the answer): it comes back while
-        # that sync still places the pod, and synced it again for nothing
-        # (0.6 syncs per pod in make bench-controller). Other pods naming
-        # the claim are told.
-        own = made is not None and made["metadata"].get("uid") == claim["metadata"].get("uid")
-        self._enqueue_pods_of_claim(claim, but=template_owner_uid(claim) if own else "")
+        # pod whose sync made it while that sync still places it (it holds
+        # the answer): it came back then, and synced the pod again for
+        # nothing (0.6 syncs per pod in make bench-controller). After that
+        # sync, or for any other pod naming the claim, it is news as before.
+        owner = template_owner_uid(claim)
+        own = made is not None and made["metadata"].get("uid") == claim["metadata"].get("uid") \
+            and owner in self.ctx.memories.placing
+        self._enqueue_pods_of_claim(claim, but=owner if own else "")
         if _holds_gpus(claim):
             self.enqueue_class(_class_of(claim))
             self.enqueue_budgets(claim["metadata"].get("namespace", ""))
@@ -213,9 +215,12 @@ class Handlers:
         if _placement_fields(old) != _placement_fields(new):
             # Not for a Waiting condition alone: two pods waiting on one
             # shared claim would wake each other with every message written.
-            # Nor, as for a create, for the pod whose sync bound it, when
-            # this is the version that bind was answered with.
-            own = placed is not None and placed.answered_with(parse_rv(new["metadata"].get("resourceVersion")))
+            # Nor, as for a create, for the pod whose sync bound it while
+            # that sync still places it, when this is the version that bind
+            # was answered with (a later sync that found the bind not seen
+            # back yet waits for this very event: sync.pods, `unsettled`).
+            own = placed is not None and placed.pod.uid in self.ctx.memories.placing \
+                and placed.answered_with(parse_rv(new["metadata"].get("resourceVersion")))
             self._enqueue_pods_of_claim(new, but=placed.pod.uid if own and placed else "")
         if _holds_gpus(old) != _holds_gpus(new) or _class_of(old) != _class_of(new):
             self.enqueue_class(_class_of(old))

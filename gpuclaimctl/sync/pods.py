@@ -114,6 +114,15 @@ def sync_pod(ctx: SyncContext, key: str) -> None:
 
 
 def _place(ctx: SyncContext, pod: Obj) -> None:
+    uid = str(pod["metadata"].get("uid") or "")
+    ctx.memories.placing[uid] = True
+    try:
+        _place_now(ctx, pod)
+    finally:
+        ctx.memories.placing.pop(uid, None)
+
+
+def _place_now(ctx: SyncContext, pod: Obj) -> None:
     doubt = _release_in_doubt(ctx, pod)
     if doubt is _Landed.RELEASED:
         return
