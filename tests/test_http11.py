@@ -273,19 +273,15 @@ def test_pipelined_requests_are_answered_in_order_over_one_connection(serve) -> 
     assert server.connections == 1
 
 
-def test_requests_after_an_answer_that_closes_the_connection_are_errors(serve) -> None:  # type: ignore[no-untyped-def]
-    """They were not served, but a caller cannot know that in general (see
-    the next test): each is an HttpError, as a request without an answer."""
-    server, http = serve(ok(b"one", "Connection: close\r\n"), ok(b"later"))
-    answers = http.pipeline(_requests(3), 5)
-    assert answers[0] == (200, b"one")
-    assert all(isinstance(a, HttpError) for a in answers[1:]), answers
-    assert http.request("GET", "/after", {}, None, 5) == (200, b"later")
-    assert server.connections == 2
-
-
-def test_requests_a_server_hung_up_on_are_errors_and_the_connection_is_dropped(serve) -> None:  # type: ignore[no-untyped-def]
-    server, http = serve(ok(b"one"), lambda _r: None, ok(b"later"))
+@pytest.mark.parametrize("then", [
+    pytest.param([ok(b"one", "Connection: close\r\n")], id="an answer that closes the connection"),
+    pytest.param([ok(b"one"), lambda _r: None], id="a hang-up after the first answer"),
+])
+def test_requests_left_without_an_answer_are_errors_and_the_connection_is_dropped(serve, then) -> None:  # type: ignore[no-untyped-def]
+    """Whether they were served or not (after a close they were not, after a
+    hang-up a caller cannot know), each is an HttpError, as a request
+    without an answer; the next request goes on a new connection."""
+    server, http = serve(*then, ok(b"later"))
     answers = http.pipeline(_requests(3), 5)
     assert answers[0] == (200, b"one")
     assert all(isinstance(a, HttpError) for a in answers[1:]), answers
