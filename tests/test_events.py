@@ -645,6 +645,39 @@ def events_in(api_client: client.ApiClient, ns: str) -> list[Obj]:
 
 
 @pytest.mark.plane
+def test_a_batch_of_creates_then_one_of_repeats_each_go_in_one_exchange(
+    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over TLS to the real kube-apiserver: five events gathered go out
+    pipelined in one exchange, then their five repeats (count PATCHes)."""
+    pods = [gated_pod(api_client, namespace, f"batch-{i}") for i in range(5)]
+    batches: list[list[str]] = []
+    many = kube.request_many
+
+    def spy(api: Any, requests: Any, **kw: Any) -> Any:
+        batches.append([method for method, *_ in requests])
+        return many(api, requests, **kw)
+
+    monkeypatch.setattr(kube, "request_many", spy)
+    counts = Counts()
+    recorder = EventRecorder(api_client, fence=WriteFence(), metrics=counts, batch_window=0.5)
+    writer = Writer(api_client, recorder=recorder)
+    recorder.start()
+    for p in pods:
+        writer.event(p, "Normal", "Placed", "placed on gpu-a100-0")
+    assert recorder.flush(FLUSH)
+    for p in pods:
+        writer.event(p, "Normal", "Placed", "placed on gpu-a100-0")
+    assert recorder.flush(FLUSH)
+    recorder.stop()
+    assert batches == [["POST"] * 5, ["PATCH"] * 5]
+    placed = [e for e in events_in(api_client, namespace) if e["reason"] == "Placed"]
+    assert sorted(e["involvedObject"]["name"] for e in placed) == [f"batch-{i}" for i in range(5)]
+    assert all(e["count"] == 2 for e in placed)
+    assert counts[Outcome.CREATED] == 5 and counts[Outcome.UPDATED] == 5 and counts[Outcome.FAILED] == 0
+
+
+@pytest.mark.plane
 def test_repeats_on_a_pod_become_one_event_object_with_their_count(
     api_client: client.ApiClient, namespace: str,
 ) -> None:
