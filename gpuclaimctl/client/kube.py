@@ -269,7 +269,7 @@ def _transport(api_client: client.ApiClient, base: str) -> Http11 | None:
 def _base_path(base: str) -> str:
     """The path of the server's URL (a proxy's prefix, as in
     https://rancher/k8s/clusters/c-1), put before every request's path.
-    Cached: urlsplit per request was a tenth of a write's own CPU."""
+    Cached: the URL does not change, and it was split for every request."""
     return urlsplit(base).path.rstrip("/")
 
 
