@@ -423,6 +423,13 @@ def test_simulate_on_the_live_cluster_places_copies_in_turn_and_sends_no_write(
         eight = gpu_nodes("sim-8", gpus=8, labels=cluster.label)["metadata"]["name"]
         four = gpu_nodes("sim-4", gpus=4, labels=cluster.label)["metadata"]["name"]
         cls = cluster.gpu_class("a100")
+        # The running controller sees both nodes first (its class status
+        # counts them): each watch is read in batches (--watch-batch-window),
+        # and a pod placed before the second node shows is placed on the one
+        # it has seen.
+        wait_for(lambda: (kube.request_json(api_client, "GET", f"/apis/gpuclaimctl.io/v1alpha1/gpuclasses/{cls}")
+                          .get("status") or {}).get("nodes") == 2, timeout=30,
+                 message=f"GPUClass {cls} counting both nodes")
         cluster.pod("running", inline(2, cls))
         # binpack: the 4-GPU node is the fuller one afterwards (2 of 4).
         wait_for(lambda: cluster.running_on("running", four), timeout=30,
