@@ -174,23 +174,24 @@ class _Outgoing:
 
     def __init__(self, requests: Sequence[tuple[str, str, dict[str, str], bytes | None]],
                  host: str, server_deadline: bool) -> None:
-        # Made now: a bad target or header is refused before a connection is taken.
-        fixed = b"".join(_head(method, target, host, headers, body) + (body or b"")
-                         for method, target, headers, body in requests)
-        self._fixed = None if server_deadline else fixed
-        self._requests, self._host = requests, host
+        # Made now, once: a bad target or header is refused before a
+        # connection is taken. With `server_deadline`, each request is kept
+        # in two parts around the end of its target (which has no space),
+        # where `data` puts the deadline.
+        heads = [(_head(method, target, host, headers, body), body or b"")
+                 for method, target, headers, body in requests]
+        self._fixed = None if server_deadline else b"".join(h + b for h, b in heads)
+        self._split = [(*head.split(_AFTER_TARGET, 1), body) for head, body in heads] if server_deadline else []
 
     def data(self, left: float) -> bytes:
         if self._fixed is not None:
             return self._fixed
-        share = f"timeout={max(1, int(left / max(1, len(self._requests)) * 1000))}ms"
-        out = []
-        for method, target, headers, body in self._requests:
-            target += ("&" if "?" in target else "?") + share
-            out.append(_head(method, target, self._host, headers, body))
-            if body:
-                out.append(body)
-        return b"".join(out)
+        share = b"timeout=%dms" % max(1, int(left / max(1, len(self._split)) * 1000))
+        return b"".join(line + (b"&" if b"?" in line else b"?") + share + _AFTER_TARGET + rest + body
+                        for line, rest, body in self._split)
+
+
+_AFTER_TARGET = b" HTTP/1.1\r\n"
 
 
 def _head(method: str, target: str, host: str, headers: dict[str, str], body: bytes | None) -> bytes:

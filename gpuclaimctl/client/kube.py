@@ -161,11 +161,19 @@ def request(
             method, base + target, body=payload, headers=headers, retries=False,
             timeout=urllib3.Timeout(total=timeout), preload_content=True)
         status, data = resp.status, resp.data
+    answer = _answer(api_client, status, data)
+    if isinstance(answer, ApiError):
+        raise answer
+    return answer
+
+
+def _answer(api_client: client.ApiClient, status: int, data: bytes) -> bytes | ApiError:
+    """The body of a 2xx answer, or the ApiError any other means."""
     if 200 <= status < 300:
         return data
     if status == 401:
         _PREPARED.pop(api_client, None)  # the token was refused: read it again next time
-    raise error_from_answer(status, data)
+    return error_from_answer(status, data)
 
 
 Sent = tuple[str, str, Any, str]
@@ -223,16 +231,7 @@ def request_many(
                 for method, path, body, content_type in requests]
     out: list[bytes | ApiError | OSError | NotLeader] = []
     for answer in transport.pipeline(prepared, timeout, fence, server_deadline=fence is not None):
-        if isinstance(answer, OSError):
-            out.append(answer)
-            continue
-        status, data = answer
-        if 200 <= status < 300:
-            out.append(data)
-        else:
-            if status == 401:
-                _PREPARED.pop(api_client, None)
-            out.append(error_from_answer(status, data))
+        out.append(answer if isinstance(answer, OSError) else _answer(api_client, *answer))
     return out
 
 

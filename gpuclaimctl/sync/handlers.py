@@ -209,10 +209,12 @@ class Handlers:
         if old["metadata"].get("resourceVersion") == new["metadata"].get("resourceVersion"):
             self._sync_claim_soon(new)  # a resync: cleanup may be due
             return
-        placed = self.view.in_flight(new["metadata"].get("uid", ""))
+        moved = _placement_fields(old) != _placement_fields(new)
+        # Read before the change is applied, which may end the entry.
+        placed = self.view.in_flight(new["metadata"].get("uid", "")) if moved else None
         self.woke_by(lambda: self.view.apply_claim(old, new))
         self._sync_claim_soon(new)
-        if _placement_fields(old) != _placement_fields(new):
+        if moved:
             # Not for a Waiting condition alone: two pods waiting on one
             # shared claim would wake each other with every message written.
             # Nor, as for a create, for the pod whose sync bound it while
