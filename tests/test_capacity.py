@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpuclaimctl.decide.capacity import claim_usage, combine, used_capacity
+from gpuclaimctl.decide.capacity import claim_usage, combine, used_capacity, with_unknown
 from gpuclaimctl.model.resources import pod_request
-from gpuclaimctl.model.api import CLAIMS_ANNOTATION
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION, UNKNOWN_RESOURCE
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"
@@ -58,8 +58,23 @@ def test_a_lost_claim_still_reserved_by_a_pod_holds_its_gpus_on_its_node() -> No
     assert claim_usage(claim("lost", 3, "node-a", phase="Lost"), CLASSES) is None
 
 
-def test_a_claim_of_a_vanished_class_still_holds_default_gpus() -> None:
-    assert claim_usage(claim("a", 2, "node-a", cls="gone"), CLASSES) == ("node-a", GPU, 2)
+def test_an_unrecorded_claim_of_a_vanished_class_holds_an_unknown_resource() -> None:
+    """Bound by a version that did not record status.resourceName, its
+    class gone: not the default resource (a node could reach 8 of 4 of
+    another one) but one nothing else is counted under."""
+    assert claim_usage(claim("a", 2, "node-a", cls="gone"), CLASSES) == ("node-a", UNKNOWN_RESOURCE, 2)
+
+
+def test_gpus_of_an_unknown_resource_count_under_every_resource_their_node_offers() -> None:
+    allocatable = {"node-a": {GPU: 8, AMD: 4}, "node-b": {GPU: 8}}
+    used = {UNKNOWN_RESOURCE: {"node-a": 2}, GPU: {"node-a": 1, "node-b": 3}}
+    assert with_unknown(used, allocatable.get) == {
+        UNKNOWN_RESOURCE: {"node-a": 2}, GPU: {"node-a": 3, "node-b": 3}, AMD: {"node-a": 2}}
+
+
+def test_usage_without_unknown_gpus_is_returned_as_it_is() -> None:
+    used: dict[str, Any] = {GPU: {"node-a": 1}}
+    assert with_unknown(used, lambda node: {GPU: 8}) is used
 
 
 @pytest.mark.parametrize(

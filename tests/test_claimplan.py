@@ -75,6 +75,8 @@ def a_claim(
         status["phase"] = phase
     if node is not None:
         status["nodeName"] = node
+        if phase in (api.Phase.BOUND, api.Phase.LOST):
+            status["resourceName"] = "nvidia.com/gpu"  # recorded at bind
     if reserved:
         status["reservedFor"] = [{"name": f"pod-{u}", "uid": u} for u in reserved]
     if rejected:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpuclaimctl.decide.capacity import claim_usage, used_capacity
+from gpuclaimctl.model.api import UNKNOWN_RESOURCE
 from gpuclaimctl.state.usage import UsageTracker
 from gpuclaimctl.state.view import ClusterView
 
@@ -135,11 +136,13 @@ def test_a_pod_that_finishes_stops_counting_and_a_deleted_one_too(tracker: Usage
     assert normalized(tracker.totals) == {}
 
 
-def test_a_claim_of_a_class_the_tracker_does_not_know_counts_against_the_default_resource(
+def test_an_unrecorded_claim_of_a_class_the_tracker_does_not_know_counts_as_unknown(
     tracker: UsageTracker,
 ) -> None:
     tracker.set_claim(claim("c1", 2, "node-a", cls="vanished"))
-    assert normalized(tracker.totals) == {GPU: {"node-a": 2}}
+    assert normalized(tracker.totals) == {UNKNOWN_RESOURCE: {"node-a": 2}}
+    tracker.set_classes({**CLASSES, "vanished": AMD})  # recreated: its resource is known again
+    assert normalized(tracker.totals) == {AMD: {"node-a": 2}}
 
 
 def test_pods_count_for_every_extended_resource(tracker: UsageTracker) -> None:

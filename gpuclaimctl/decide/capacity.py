@@ -10,10 +10,10 @@ for an incremental index). Pure: no client, no clock, no globals.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuclaimctl.model.api import DEFAULT_RESOURCE_NAME, Phase
+from gpuclaimctl.model.api import UNKNOWN_RESOURCE, Phase
 from gpuclaimctl.model.resources import extended_resources, pod_request
 from gpuclaimctl.model.snapshot import Usage
 
@@ -33,8 +33,10 @@ def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) 
     The resource is the one recorded in the claim's status when it was
     bound (`status.resourceName`), so deleting or editing its class never
     changes what a bound claim holds. Only a claim bound before that field
-    existed falls back to its class's resource (and, with the class gone,
-    to DEFAULT_RESOURCE_NAME); the claim sync records it for those.
+    existed falls back to its class's resource, and with the class gone to
+    UNKNOWN_RESOURCE: it may hold any resource, and `with_unknown` counts
+    it under every one its node offers until the claim sync records one
+    (from the class, or the resource its pod requests).
     """
     status = claim.get("status") or {}
     node = status.get("nodeName")
@@ -47,8 +49,25 @@ def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) 
         return None
     resource = status.get("resourceName")
     if not isinstance(resource, str) or not resource:
-        resource = resource_of_class.get(spec.get("className", ""), DEFAULT_RESOURCE_NAME)
+        resource = resource_of_class.get(spec.get("className", ""), UNKNOWN_RESOURCE)
     return node, resource, count
+
+
+def with_unknown(usage: dict[str, Mapping[str, int]],
+                 allocatable: Callable[[str], Mapping[str, int] | None]) -> dict[str, Mapping[str, int]]:
+    """`usage` with the GPUs counted under UNKNOWN_RESOURCE on a node also
+    counted under every resource that node offers (`allocatable(node)`):
+    such a claim may hold any of them, so the node takes no new placement
+    of any that its room does not cover either way. The same map when there
+    are none (the usual case: no copy)."""
+    unknown = usage.get(UNKNOWN_RESOURCE)
+    if not unknown:
+        return usage
+    extra: dict[str, dict[str, int]] = {}
+    for node, count in unknown.items():
+        for resource in allocatable(node) or {}:
+            extra.setdefault(resource, {})[node] = count
+    return combine(usage, extra)
 
 
 def pod_holds_node(pod: Mapping[str, Any]) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuclaimctl.model import api
 from gpuclaimctl.model.podclaims import has_gate, named_claims, template_owner_uid
-from gpuclaimctl.model.snapshot import parse_time
+from gpuclaimctl.model.snapshot import format_time, parse_time
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 
@@ -127,9 +127,12 @@ def plan_claim(
     claim names no node). `nodes_changed` maps node names to when their
     allocatable, taints or readiness last changed. `waited_for` is False
     when no pod that carries the gate names the claim. `class_resource` is
-    its class's resourceName (None: the class is gone), recorded on a claim
-    that holds GPUs without `status.resourceName` (bound by an older
-    version), so what it holds no longer depends on the class.
+    the best evidence of the resource a claim that holds GPUs without
+    `status.resourceName` (bound by an older version) holds: its class's
+    resourceName, else the one resource its pods request (None: nothing
+    tells). It is recorded, so what the claim holds no longer depends on
+    the class; while nothing tells, condition ResourceUnknown says so (its
+    node takes nothing new meanwhile: decide.capacity.with_unknown).
     """
     meta = claim.get("metadata") or {}
     # A new top level of the status: its fields are replaced whole below,
@@ -211,10 +214,28 @@ def plan_claim(
         status["rejectedNodes"] = live
         plan.status_changed = True
 
-    # 7. Record the resource a claim bound by an older version holds.
-    if (status.get("nodeName") and status.get("phase") in (api.Phase.BOUND, api.Phase.LOST)
-            and not status.get("resourceName") and class_resource):
+    # 7. Record the resource a claim bound by an older version holds, or
+    #    say that nothing tells which.
+    unrecorded = bool(status.get("nodeName") and status.get("phase") in (api.Phase.BOUND, api.Phase.LOST)
+                      and not status.get("resourceName"))
+    if unrecorded and class_resource:
         status["resourceName"] = class_resource
+        plan.status_changed = True
+    unknown = unrecorded and not class_resource
+    said_unknown = any(c.get("type") == api.CONDITION_RESOURCE_UNKNOWN for c in status.get("conditions") or ())
+    if unknown and not said_unknown:
+        status["conditions"] = [*(status.get("conditions") or ()), {
+            "type": api.CONDITION_RESOURCE_UNKNOWN, "status": "True", "reason": "ClassNotFound",
+            "message": f"bound to node {status.get('nodeName')} by a version that did not record "
+                       f"status.resourceName, and its GPUClass {spec.get('className')} is gone: which "
+                       "resource it holds is unknown, so the node takes no new placement until it is "
+                       "told; recreate the GPUClass (its resourceName is then recorded) or delete "
+                       "the claim",
+            "lastTransitionTime": format_time(now)}]
+        plan.status_changed = True
+    elif said_unknown and not unknown:
+        status["conditions"] = [c for c in status.get("conditions") or ()
+                                if c.get("type") != api.CONDITION_RESOURCE_UNKNOWN]
         plan.status_changed = True
 
     # 8. Waiting is there only while a pod waits for the claim: when its pod

@@ -15,7 +15,9 @@ Rules, in the order they are applied:
    class that exists and is not being deleted (ClaimMissing, NameTaken,
    ClaimInUse, ClassNotFound, ClassDeleting).
 2. Claims already Bound keep the set on their node ("anchor"), so a Retain
-   claim brings its next pod back. An anchor on a cordoned node whose
+   claim brings its next pod back. A claim kept where it is keeps the
+   resource it was bound with (`ClaimState.held_resource`); one that moves
+   or binds takes its class's resource now, checked for room like any. An anchor on a cordoned node whose
    claims' class says onCordon Stay holds the set there; one with Move, or
    one the pod cannot use any more (rejected, affinity, class selector), or
    a node that is gone, lets its claims move with the set; so does an
@@ -217,7 +219,7 @@ def _requests_beyond_claims(pod: PodInfo, states: Sequence[ClaimState], cluster:
     held: dict[str, int] = {}
     parts: dict[str, list[str]] = {}
     for c in states:
-        resource = cluster.classes[c.class_name].resource_name
+        resource = c.held_resource(cluster.classes) if c.bound else cluster.classes[c.class_name].resource_name
         held[resource] = held.get(resource, 0) + c.count
         parts.setdefault(resource, []).append(f"{c.name}: {c.count} {c.class_name}")
     counted = {cls.resource_name for cls in cluster.classes.values()}
@@ -274,13 +276,16 @@ class _Placer:
     def placed(self, node: str, message: str) -> Placed:
         actions = []
         for c in self.claims:
-            resource = self.cls(c).resource_name
             if c.bound and c.node_name == node:
-                action, source = Action.KEEP, ""
+                # It stays: what it holds there is what it was bound with,
+                # whatever its class says now (a class edited or recreated
+                # under another resource): rewriting it would count its GPUs
+                # under a resource nothing checked for room (I1).
+                action, source, resource = Action.KEEP, "", c.held_resource(self.cluster.classes)
             elif c.bound or c.phase is Phase.LOST:
-                action, source = Action.MOVE, c.node_name
+                action, source, resource = Action.MOVE, c.node_name, self.cls(c).resource_name
             else:
-                action, source = Action.BIND, ""
+                action, source, resource = Action.BIND, "", self.cls(c).resource_name
             actions.append(ClaimAction(c.name, c.uid, action, node, resource, c.count, source))
         return Placed(node, tuple(actions), message)
 

@@ -53,8 +53,19 @@ CLAIM_FINALIZER = f"{GROUP}/claim"
 # GPUClass.spec.resourceName when unset (the CRD default too).
 DEFAULT_RESOURCE_NAME = "nvidia.com/gpu"
 
+# What a claim that holds GPUs is counted under while nothing tells which
+# resource it holds: bound by a version that did not record
+# `status.resourceName`, its class gone, and no pod of it requesting one
+# resource. Never a real resource name (those have a domain and a slash);
+# its node takes no new placement of any resource meanwhile
+# (decide.capacity.with_unknown).
+UNKNOWN_RESOURCE = "?"
+
 # The claim condition that is True, with a WaitReason, while the set waits.
 CONDITION_WAITING = "Waiting"
+# True on a claim that holds GPUs without a recorded resource while nothing
+# tells which (UNKNOWN_RESOURCE): its node takes nothing new until it goes.
+CONDITION_RESOURCE_UNKNOWN = "ResourceUnknown"
 
 # The only field a node selector requirement can match (matchFields).
 NODE_NAME_FIELD = "metadata.name"

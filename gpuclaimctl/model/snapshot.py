@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuclaimctl.model.api import (
     DEFAULT_RESOURCE_NAME,
+    UNKNOWN_RESOURCE,
     OnCordon,
     Phase,
     ReclaimPolicy,
@@ -155,10 +156,24 @@ class ClaimState:
     reserved_for: tuple[PodRef, ...] = ()
     rejected: tuple[Rejection, ...] = ()
     deleting: bool = False
+    # The resource the claim was bound with (`status.resourceName`, or
+    # where an in-flight placement counts it): what it holds on its node
+    # for as long as it stays there, whatever its class says now. Empty
+    # for a claim bound by a version that did not record it.
+    resource_name: str = ""
 
     @property
     def bound(self) -> bool:
         return self.phase is Phase.BOUND and bool(self.node_name)
+
+    def held_resource(self, classes: Mapping[str, ClassInfo]) -> str:
+        """The resource the claim counts under on its node if it stays
+        there: the one it was bound with; its class's for a claim that did
+        not record one (the usage tracker counts it the same way). A claim
+        that moves or binds anew takes its class's resource instead."""
+        if self.resource_name and self.resource_name != UNKNOWN_RESOURCE:
+            return self.resource_name
+        return classes[self.class_name].resource_name
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> ClaimState:
@@ -191,6 +206,7 @@ class ClaimState:
             ),
             rejected=tuple(rejected),
             deleting=bool(meta.get("deletionTimestamp")),
+            resource_name=str(status.get("resourceName") or ""),
         )
 
 

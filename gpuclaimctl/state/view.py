@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuclaimctl.decide.capacity import claim_usage, combine
+from gpuclaimctl.decide.capacity import claim_usage, combine, with_unknown
 from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
@@ -223,7 +223,12 @@ class ClusterView:
     def used(self) -> dict[str, Mapping[str, int]]:
         """resource -> node -> GPUs used or in flight (a fresh map)."""
         with self.lock:
-            return combine(self.usage.totals, self.inflight.usage())
+            used = combine(self.usage.totals, self.inflight.usage())
+            return with_unknown(used, self._allocatable)
+
+    def _allocatable(self, node_name: str) -> Mapping[str, int] | None:
+        node = self._nodes.get(node_name)
+        return None if node is None else node.allocatable
 
     def in_flight(self, claim_uid: str) -> InFlight | None:
         with self.lock:

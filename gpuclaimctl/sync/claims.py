@@ -21,6 +21,7 @@ from gpuclaimctl.decide.capacity import claim_usage
 from gpuclaimctl.decide.claimplan import NodeFacts, PodFacts, plan_claim
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready
+from gpuclaimctl.model.resources import extended_resources, pod_request
 from gpuclaimctl.state import indexes
 from gpuclaimctl.model.podclaims import has_gate, template_owner_name, template_owner_uid
 from gpuclaimctl.sync.context import AUDIT_INFLIGHT, CLAIM, SyncContext
@@ -47,7 +48,7 @@ def sync_claim(ctx: SyncContext, key: str) -> None:
     if owner_uid:
         owner = _pod_facts(ctx, ns, template_owner_name(claim), owner_uid, name)
 
-    resource = _class_resource(ctx, claim)
+    resource = _class_resource(ctx, claim) or _pods_resource(ctx, claim)
     node = None
     if status.get("nodeName"):
         node_name = status["nodeName"]
@@ -204,6 +205,21 @@ def _class_resource(ctx: SyncContext, claim: Obj) -> str | None:
     if cls is None:
         return None
     return str((cls.get("spec") or {}).get("resourceName") or api.DEFAULT_RESOURCE_NAME)
+
+
+def _pods_resource(ctx: SyncContext, claim: Obj) -> str | None:
+    """The one extended resource the cached pods reserving the claim
+    request, if there is exactly one: the evidence of what a claim bound
+    without `status.resourceName` holds when its class is gone (the
+    device plugin counts the pod's request; its claims hold it)."""
+    status = claim.get("status") or {}
+    ns = claim["metadata"].get("namespace", "")
+    found: set[str] = set()
+    for ref in status.get("reservedFor") or ():
+        pod = ctx.pods.get(ns, ref.get("name", ""))
+        if pod is not None and pod["metadata"].get("uid") == ref.get("uid"):
+            found |= {r for r in extended_resources(pod) if pod_request(pod, r) > 0}
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _pod_facts(ctx: SyncContext, ns: str, name: str, uid: str, claim_name: str) -> PodFacts | None:

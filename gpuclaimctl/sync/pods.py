@@ -417,7 +417,7 @@ def _with_inflight(pending: Any, state: ClaimState) -> ClaimState:
     if pending is None:
         return state
     return dataclasses.replace(state, phase=api.Phase.BOUND, node_name=pending.node,
-                               reserved_for=(pending.pod,))
+                               reserved_for=(pending.pod,), resource_name=pending.resource)
 
 
 def _with_set_rejections(ctx: SyncContext, set_key: tuple[str, str],
@@ -651,19 +651,23 @@ def _check_refused(ctx: SyncContext, pod: Obj) -> None:
         # others: the set moves on, and the rejection ends early when the
         # node's taints change.
         return
+    # The set it was released with: the claims that reserve it, whatever
+    # its annotation says now (one edited after the release names other
+    # claims, and reading it kept a refused bare pod's claims reserved for
+    # good).
+    ref = podplan.pod_ref(pod)
+    held = [c for c in ctx.claims.by_index(indexes.CLAIMS_BY_RESERVED_POD, keys.key_of(pod))
+            if ref in ((c.get("status") or {}).get("reservedFor") or ())]
+    if not held:
+        return
+    for c in held:
+        st = c.get("status") or {}
+        if st.get("phase") != api.Phase.BOUND or st.get("nodeName") != node_name:
+            return  # the set is not whole on that node: nothing to reject
     try:
         entries = pod_claims(pod)
     except PodClaimsError:
-        return
-    claims = [ctx.claims.get(meta["namespace"], e.claim_name(meta["name"])) for e in entries]
-    ref = podplan.pod_ref(pod)
-    held: list[Mapping[str, Any]] = []
-    for c in claims:
-        st = (c or {}).get("status") or {}
-        if c is None or st.get("phase") != api.Phase.BOUND or st.get("nodeName") != node_name \
-                or ref not in (st.get("reservedFor") or ()):
-            return  # the set is not whole on that node: nothing to reject
-        held.append(c)
+        entries = ()  # the rejection is still written on each claim
     # The refusal's age: from when this process first saw it, or from the
     # condition's lastTransitionTime if later. That time alone would not do:
     # it stays from SchedulingGated (False too) when only the reason changes,

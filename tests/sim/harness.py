@@ -10,14 +10,21 @@ sync, deliveries, a crash) *inside* a sync, at its writes, through the
 fake's `before_write` hook. So a failing seed replays exactly.
 
 Faults: answers lost after the write landed or before, conflicts (real:
-every write carries its resourceVersion), relists whose objects changed
-uid, a crash (the controller's memory is thrown away mid-sync and a new one
-starts from a fresh list), a takeover by a standby whose caches lag
-(`catch_up` must cover it), classes deleted and recreated, annotations
-edited, pods deleted, recreated, refused by the scheduler, finished.
+every write carries its resourceVersion; 409s are also injected inside
+writes), relists whose objects changed uid, a crash (the controller's
+memory is thrown away mid-sync and a new one starts from a fresh list),
+a crash with a write still on the wire that lands after the new process
+listed (no leader election: the new one waits out its deadline), a takeover
+by a standby whose caches lag (`catch_up` must cover it), classes deleted
+and recreated, their resourceName and nodeSelector edited, node
+allocatable lowered (to 0 too) and raised, also inside writes, nodes
+deleted and recreated, pods without claims on nodes, claims deleted by
+users, annotations edited (before and after release), pods deleted,
+recreated, refused by the scheduler, finished.
 
 The invariants (DESIGN.md §4) are checked on the fake's objects — the
-truth — after every step: I1 and I2 always, I4 once the run is drained.
+truth — after every step: I1 (per node and resource) and I2 always, I4
+once the run is drained.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
+from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.controller import dispatch
 from gpuclaimctl.sync.handlers import Handlers
@@ -36,6 +44,7 @@ from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.podclaims import has_gate, named_claims
+from gpuclaimctl.model.resources import parse_quantity
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -71,11 +80,18 @@ Obj = dict[str, Any]
 KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES, PVCS, PVS)
 NS = "team"
 RESOURCE = "example.com/gpu"
+# A second resource some nodes offer beside RESOURCE: a class's
+# resourceName is edited between the two.
+RESOURCE2 = "example.com/gpu2"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # A write whose answer was lost lands within this many seconds of being
 # sent, or never: below the controller's LOST_WRITE_WINDOW, which is what
 # it waits before a live read may settle such a write as not landed.
 SIM_LATE_LANDING = 40.0
+# How long a new process without leader election waits before its first
+# decision (app.EARLIER_WRITES_WINDOW): a write the dead process had on the
+# wire lands within it, or never.
+RESTART_WAIT = 15.0
 
 
 class Crash(BaseException):
@@ -230,13 +246,30 @@ class Controller:
         handlers_box.append(Handlers(self.ctx, cast(Any, self.queue)))
         self.handlers = handlers_box[0]
         self.queue.add_after(AUDIT_INFLIGHT, AUDIT_PERIOD)  # as Controller.run
+        # No decision before this (simulated) time: a new process without
+        # leader election waits until the dead one's writes can land no
+        # more, then lists claims once (app.run); None once it has.
+        self.decides_from: float | None = None
 
-    def start(self) -> None:
-        """Initial lists, then one consistent claim list before the first
-        decision (app._catch_up), then every object's key, as a resync."""
+    def start(self, wait: float = 0.0) -> None:
+        """Initial lists, then (after `wait`: see `open`) one consistent
+        claim list before the first decision (app._catch_up), then every
+        object's key, as a resync."""
         for kind in (NODES, CLASSES, TEMPLATES, PVCS, PVS, BUDGETS, CLAIMS, PODS):
             self.informers[kind].relist()
+        self.decides_from = self.sim.t + wait
+        self.open()
+
+    def open(self) -> bool:
+        """Whether the worker may decide: once the start wait has passed,
+        the catch-up list is taken the first time."""
+        if self.decides_from is None:
+            return True
+        if self.sim.t < self.decides_from:
+            return False
+        self.decides_from = None
         self.view.catch_up(self.sim.fake.list_claims(), self.ctx.claims.get)
+        return True
 
     def sync(self, key: str) -> None:
         self.queue.processing.add(key)
@@ -272,6 +305,13 @@ class Sim:
         # below use) what was held and in flight when it saw it.
         self.ceilings: dict[tuple[str, str], int] = {}
         self._limits_seen: dict[tuple[str, str], int] = {}
+        # (node, resource) -> the most GPUs claims may hold there by the
+        # controller's doing: the allocatable its view shows, or (when it
+        # saw it lowered below use) what was held and in flight then.
+        self.node_ceilings: dict[tuple[str, str], int] = {}
+        self._alloc_seen: dict[tuple[str, str], int] = {}
+        # The restart wait to use (a test sets 0 to show the window it closes).
+        self.restart_wait = RESTART_WAIT
         self.fake.before_write = self._at_write
         self._setup_cluster()
         self.ctl = Controller(self)
@@ -289,10 +329,7 @@ class Sim:
 
     def _setup_cluster(self) -> None:
         for i, gpus in enumerate(self.nodes):
-            self.fake.create(NODES, {
-                "metadata": {"name": f"n{i}", "labels": {"pool": "a" if i % 2 == 0 else "b"}},
-                "status": {"allocatable": {RESOURCE: str(gpus)},
-                           "conditions": [{"type": "Ready", "status": "True"}]}})
+            self.fake.create(NODES, self._node_object(f"n{i}", gpus))
         for name in ("alpha", "beta"):
             self._create_class(name)
         self.fake.create(TEMPLATES, {"metadata": {"name": "pair", "namespace": NS},
@@ -353,12 +390,25 @@ class Sim:
             del self.ceilings[key]
         self._limits_seen = seen
 
+    def _node_object(self, name: str, gpus: int) -> Obj:
+        """Even nodes offer RESOURCE2 too, as many as RESOURCE."""
+        i = int(name[1:]) if name[1:].isdigit() else 0
+        allocatable = {RESOURCE: str(gpus), **({RESOURCE2: str(gpus)} if i % 2 == 0 else {})}
+        return {"metadata": {"name": name, "labels": {"pool": "a" if i % 2 == 0 else "b"}},
+                "status": {"allocatable": allocatable,
+                           "conditions": [{"type": "Ready", "status": "True"}]}}
+
     def _create_class(self, name: str) -> None:
         self.fake.create(CLASSES, {"metadata": {"name": name},
                                    "spec": {"resourceName": RESOURCE}})
 
     def allocatable(self) -> dict[str, int]:
-        return {n["metadata"]["name"]: int(n["status"]["allocatable"][RESOURCE])
+        return {node: per.get(RESOURCE, 0) for node, per in self.capacity().items()}
+
+    def capacity(self) -> dict[str, dict[str, int]]:
+        """node -> resource -> allocatable, as the API server has it."""
+        return {n["metadata"]["name"]: {r: parse_quantity(v) or 0
+                                        for r, v in ((n.get("status") or {}).get("allocatable") or {}).items()}
                 for n in self.fake.list(NODES).items}
 
     # -- the schedule ------------------------------------------------------------------
@@ -400,6 +450,8 @@ class Sim:
     # -- the controller's side ----------------------------------------------------------
 
     def work(self) -> None:
+        if not self.ctl.open():
+            return  # waiting out the dead process's writes
         q = self.ctl.queue
         q.promote()
         free = sorted(k for k in q.ready if k not in q.processing)
@@ -441,11 +493,22 @@ class Sim:
                 self.note(f"  at {method}: answer lost ({fate})")
                 self.fake.inject(method, lost_answer(), landed=fate == "landed",
                                  later=fate == "landing later")
-            elif roll < 0.32 and method != "event":
+            elif roll < 0.31 and method != "event":
                 self.note(f"  at {method}: the process dies")
                 raise Crash()
-            elif roll < 0.35:
+            elif roll < 0.32 and method != "event":
+                # Sent: the server has it, and works on it while the process
+                # dies and another starts (leader election or not).
+                self.note(f"  at {method}: the process dies with the write on the wire")
+                self.fake.inject(method, Crash(), landed=False, later=True)
+            elif roll < 0.34:
+                self.note(f"  at {method}: 409 Conflict")
+                self.fake.inject(method, ApiError(409, "Conflict", "the object has been modified (fake)"),
+                                 landed=False)
+            elif roll < 0.36:
                 self.toggle_cordon()
+            elif roll < 0.38:
+                self.change_allocatable()
         finally:
             self.depth -= 1
 
@@ -469,13 +532,20 @@ class Sim:
         a list; a standby's may lag behind the old leader's last writes,
         which its catch-up must count.
 
-        The dead process's late writes land (or not) before the new one
-        lists: its connections closed, so the server drops what it had
-        queued and finishes what it was executing, in far less than the
-        lease duration less the renew deadline that lies between the old
-        leader's last write and any takeover."""
+        A standby taking over: the dead leader's late writes land (or not)
+        before it lists, since every write of a leader carries a server
+        deadline before its Lease could be taken over. A new process without
+        leader election: they land (or not) at any time, also after it has
+        listed, but before its start wait ends (`restart_wait`, the writes'
+        server deadline and a margin: app.EARLIER_WRITES_WINDOW); it decides
+        nothing until then, and lists claims once more."""
         self.fake.clear_faults()
-        self.land_late_writes(all_now=True)
+        if takeover:
+            self.land_late_writes(all_now=True)
+        else:
+            for w in self.fake.late:  # now land within the wait, whatever their age
+                object.__setattr__(w, "sent_at", self.now() - timedelta(
+                    seconds=SIM_LATE_LANDING - self.restart_wait * self.rng.random()))
         new = Controller(self)
         if takeover:
             # The standby's caches were filled some time ago: replay only
@@ -488,7 +558,7 @@ class Sim:
                 for obj in list(inf.store.list()):
                     inf.on_update(obj, obj)  # resync: every key once
         else:
-            new.start()
+            new.start(wait=self.restart_wait)
         self.ctl = new
         # Budgets bind the new process as its cache shows them (a lagging
         # standby may not show one yet; see README "Budgets").
@@ -499,22 +569,32 @@ class Sim:
 
     def user(self) -> None:
         roll = self.rng.random()
-        if roll < 0.5:
+        if roll < 0.42:
             self.create_pod()
-        elif roll < 0.65:
+        elif roll < 0.55:
             self.delete_pod()
-        elif roll < 0.72:
+        elif roll < 0.61:
             self.edit_annotation()
-        elif roll < 0.8:
+        elif roll < 0.68:
             self.recreate_pod()
-        elif roll < 0.88:
+        elif roll < 0.74:
             self.toggle_class()
-        elif roll < 0.94:
+        elif roll < 0.78:
+            self.edit_class()
+        elif roll < 0.83:
             self.change_budget()
-        elif roll < 0.97:
+        elif roll < 0.86:
             self.toggle_cordon()
+        elif roll < 0.9:
+            self.change_allocatable()
+        elif roll < 0.92:
+            self.recreate_node()
+        elif roll < 0.95:
+            self.create_claimless_pod()
+        elif roll < 0.97:
+            self.delete_claim()
         else:
-            self.create_pod()
+            self.edit_annotation(released=True)
 
     def _pods(self) -> list[Obj]:
         return self.fake.list(PODS).items
@@ -566,11 +646,14 @@ class Sim:
             if self.fake.get(PODS, NS, name) is None:
                 self.create_pod(name)
 
-    def edit_annotation(self) -> None:
-        gated = [p for p in self._pods() if has_gate(p)]
+    def edit_annotation(self, released: bool = False) -> None:
+        """Drop a claim from a gated pod's annotation, or (`released`) from a
+        released one's: what it runs with is what it was released with."""
+        gated = [p for p in self._pods() if has_gate(p) != released
+                 and api.CLAIMS_ANNOTATION in (p["metadata"].get("annotations") or {})]
         if gated:
             p = self.rng.choice(gated)
-            self.note(f"user drops a claim from pod {p['metadata']['name']}")
+            self.note(f"user drops a claim from {'released ' if released else ''}pod {p['metadata']['name']}")
 
             def drop(pod: Obj) -> None:
                 entries = json.loads(pod["metadata"]["annotations"][api.CLAIMS_ANNOTATION])
@@ -587,6 +670,73 @@ class Sim:
         cordoned = not bool((node or {}).get("spec", {}).get("unschedulable"))
         self.note(f"admin {'cordons' if cordoned else 'uncordons'} node {name}")
         self.fake.patch(NODES, "", name, lambda o: o.setdefault("spec", {}).update(unschedulable=cordoned))
+
+    def edit_class(self) -> None:
+        """An admin edits a class's resourceName (the CRD allows it) or its
+        nodeSelector: what a bound claim holds never changes."""
+        name = self.rng.choice(("alpha", "beta"))
+        if self.fake.get(CLASSES, "", name) is None:
+            return
+        if self.rng.random() < 0.6:
+            resource = self.rng.choice((RESOURCE, RESOURCE2))
+            self.note(f"admin sets class {name}'s resourceName to {resource}")
+            self.fake.patch(CLASSES, "", name, lambda c: c["spec"].update(resourceName=resource))
+        else:
+            pool = self.rng.choice((None, "a", "b"))
+            self.note(f"admin sets class {name}'s nodeSelector to pool={pool}")
+            self.fake.patch(CLASSES, "", name, lambda c: c["spec"].update(
+                nodeSelector={} if pool is None else {"pool": pool}))
+
+    def change_allocatable(self) -> None:
+        """The device plugin reports another count: lower (to 0 too) or back."""
+        name = self.rng.choice(sorted(self.capacity()))
+        i = int(name[1:])
+        base = self.nodes[i] if i < len(self.nodes) else 4
+        gpus = self.rng.choice((0, max(base - 2, 0), base, base))
+        self.note(f"node {name}'s allocatable becomes {gpus}")
+
+        def change(node: Obj) -> None:
+            for r in node["status"]["allocatable"]:
+                node["status"]["allocatable"][r] = str(gpus)
+        self.fake.patch(NODES, "", name, change)
+
+    def recreate_node(self) -> None:
+        """A node deleted (its claims' node is gone) and, most times, back."""
+        name = self.rng.choice(sorted(self.capacity()))
+        self.note(f"node {name} deleted")
+        self.fake.delete(NODES, "", name)
+        if self.rng.random() < 0.7:
+            i = int(name[1:])
+            self.note(f"node {name} created again")
+            self.fake.create(NODES, self._node_object(name, self.nodes[i] if i < len(self.nodes) else 4))
+
+    def create_claimless_pod(self) -> None:
+        """kube-scheduler runs a pod that requests GPUs without claims on a
+        node where, as things are, it fits (the controller counts it)."""
+        gpus = self.rng.choice((1, 2))
+        used = used_capacity(self.fake.list(CLAIMS).items, self._pods(),
+                             {c["metadata"]["name"]: c["spec"]["resourceName"]
+                              for c in self.fake.list(CLASSES).items}).get(RESOURCE, {})
+        fits = [n for n, per in sorted(self.capacity().items())
+                if per.get(RESOURCE, 0) - used.get(n, 0) >= gpus]
+        if not fits:
+            return
+        self.pod_counter += 1
+        name = f"plain{self.pod_counter}"
+        node = self.rng.choice(fits)
+        self.note(f"scheduler runs pod {name} without claims ({gpus} GPUs) on {node}")
+        self.fake.create(PODS, {"metadata": {"name": name, "namespace": NS}, "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": {RESOURCE: str(gpus)},
+                                                       "limits": {RESOURCE: str(gpus)}}}]}})
+
+    def delete_claim(self) -> None:
+        """A user deletes a claim: it goes once nothing reserves it."""
+        claims = self.fake.list(CLAIMS).items
+        if claims:
+            c = self.rng.choice(claims)
+            self.note(f"user deletes claim {c['metadata']['name']}")
+            self.fake.delete(CLAIMS, NS, c["metadata"]["name"])
 
     def toggle_class(self) -> None:
         name = self.rng.choice(("alpha", "beta"))
@@ -682,28 +832,63 @@ class Sim:
     def trace(self) -> str:
         return f"seed {self.seed}; last steps:\n  " + "\n  ".join(self.log[-25:])
 
-    def check_always(self, where: str) -> None:
-        claims = self.fake.list(CLAIMS).items
-        pods = {(p["metadata"]["name"]): p for p in self._pods()}
-        # I1: GPUs held per node and resource <= allocatable.
-        held: dict[str, int] = {}
-        for c in claims:
+    def held_per_node(self) -> dict[tuple[str, str], int]:
+        """(node, resource) -> GPUs claims hold there on the server: under the
+        resource recorded at bind (or, unrecorded, their class's now); one
+        whose resource nothing tells counts under every resource of its node."""
+        classes = {c["metadata"]["name"]: c["spec"].get("resourceName") or RESOURCE
+                   for c in self.fake.list(CLASSES).items}
+        capacity = self.capacity()
+        held: dict[tuple[str, str], int] = {}
+        for c in self.fake.list(CLAIMS).items:
             st = c.get("status") or {}
             if st.get("nodeName") and (st.get("phase") == "Bound"
                                        or (st.get("phase") == "Lost" and st.get("reservedFor"))):
-                held[st["nodeName"]] = held.get(st["nodeName"], 0) + c["spec"]["count"]
-        for node, alloc in self.allocatable().items():
-            if held.get(node, 0) > alloc:
-                raise InvariantBroken(f"I1 at {where}: node {node} has {held[node]} GPUs bound of "
-                                      f"{alloc}\n" + self.trace())
+                node = st["nodeName"]
+                resource = st.get("resourceName") or classes.get(c["spec"]["className"])
+                for r in [resource] if resource else list(capacity.get(node, {})):
+                    held[(node, r)] = held.get((node, r), 0) + c["spec"]["count"]
+        return held
+
+    def check_always(self, where: str) -> None:
+        claims = self.fake.list(CLAIMS).items
+        pods = {(p["metadata"]["name"]): p for p in self._pods()}
+        held_at = self.held_per_node()
+        # I1: GPUs held per node and resource <= allocatable -- the one the
+        # controller's view shows, or, where it saw it lowered below what was
+        # held and in flight then, that (a bind decided before it sees the
+        # change may land after it; nothing decided after it may add).
+        seen_nodes = self.ctl.view.cluster().nodes
+        flying: dict[tuple[str, str], int] = {}
+        for e in self.ctl.view.inflight:
+            flying[(e.node, e.resource)] = flying.get((e.node, e.resource), 0) + e.count
+        pairs = set(held_at) | {(n, r) for n, info in seen_nodes.items() for r in info.allocatable}
+        for key in sorted(pairs):
+            node, resource = key
+            info = seen_nodes.get(node)
+            seen = info.allocatable.get(resource, 0) if info is not None else 0
+            now_held = held_at.get(key, 0)
+            if self._alloc_seen.get(key) != seen or key not in self.node_ceilings:
+                self.node_ceilings[key] = max(seen, now_held + flying.get(key, 0))
+                self._alloc_seen[key] = seen
+            else:
+                self.node_ceilings[key] = max(seen, min(self.node_ceilings[key],
+                                                        now_held + flying.get(key, 0)))
+            if now_held > self.node_ceilings[key]:
+                raise InvariantBroken(f"I1 at {where}: node {node} has {now_held} {resource} bound of "
+                                      f"{self.node_ceilings[key]} (allocatable seen: {seen})\n" + self.trace())
         # What keeps I1 under lag: the controller never counts fewer GPUs on
         # a node than claims hold there on the server (its informer's view
-        # plus what it has in flight), or it could place more there.
-        counted = self.ctl.view.used().get(RESOURCE, {})
-        for node, n in held.items():
-            if counted.get(node, 0) < n:
-                raise InvariantBroken(f"undercount at {where}: node {node} has {n} GPUs bound, the "
-                                      f"controller counts {counted.get(node, 0)}\n" + self.trace())
+        # plus what it has in flight), or it could place more there. Not
+        # while a new process waits out the dead one's writes: it decides
+        # nothing until its catch-up list.
+        if self.ctl.decides_from is None:
+            counted = self.ctl.view.used()
+            for (node, resource), n in held_at.items():
+                if counted.get(resource, {}).get(node, 0) < n:
+                    raise InvariantBroken(
+                        f"undercount at {where}: node {node} has {n} {resource} bound, the controller "
+                        f"counts {counted.get(resource, {}).get(node, 0)}\n" + self.trace())
         # Budgets: never more held under a limit than its ceiling.
         for (budget, cls), ceiling in self.ceilings.items():
             held = self.held_in_namespace((lambda c: True) if cls == "*" else (lambda c: c == cls))
@@ -747,9 +932,11 @@ class Sim:
             raise InvariantBroken(f"I4: usage {mine} (in flight: {list(self.ctl.view.inflight)}) != "
                                   f"recount {recount}\n" + self.trace())
         # Every gated pod whose set fits somewhere is released.
-        free = dict(self.allocatable())
-        for node, count in recount.get(RESOURCE, {}).items():
-            free[node] -= count
+        capacity = self.capacity()
+        class_objs = {c["metadata"]["name"]: c for c in self.fake.list(CLASSES).items}
+        free = {node: {r: n - recount.get(r, {}).get(node, 0) for r, n in per.items()}
+                for node, per in capacity.items()}
+        labels = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}) for n in self.fake.list(NODES).items}
         for node in self.fake.list(NODES).items:  # a cordoned node takes nothing new
             if (node.get("spec") or {}).get("unschedulable"):
                 free.pop(node["metadata"]["name"], None)
@@ -757,19 +944,27 @@ class Sim:
             if not has_gate(pod):
                 continue
             need = self._set_need(pod, {c["metadata"]["name"]: c for c in claims})
-            if need is not None and any(f >= need for f in free.values()):
-                raise InvariantBroken(f"I4: gated pod {pod['metadata']['name']} needs {need} GPUs; "
-                                      f"free per node: {free}\n" + self.trace())
+            if need is None:
+                continue
+            need_r: dict[str, int] = {}
+            for cls, n in need.items():
+                r = str(class_objs[cls]["spec"].get("resourceName") or RESOURCE)
+                need_r[r] = need_r.get(r, 0) + n
+            for node, per in free.items():
+                selects = all(labels[node].get(k) == v for cls in need
+                              for k, v in (class_objs[cls]["spec"].get("nodeSelector") or {}).items())
+                if selects and all(per.get(r, 0) >= n for r, n in need_r.items()):
+                    raise InvariantBroken(f"I4: gated pod {pod['metadata']['name']} needs {need_r}; "
+                                          f"free on {node}: {per}\n" + self.trace())
 
-    def _set_need(self, pod: Obj, claims: Mapping[str, Obj]) -> int | None:
-        """GPUs the pod's set still needs on one node, if it could be placed
-        at all (its claims exist, are not another pod's, their classes
-        exist); None if it may rightly wait for another reason."""
+    def _set_need(self, pod: Obj, claims: Mapping[str, Obj]) -> dict[str, int] | None:
+        """GPUs per class the pod's set still needs on one node, if it could
+        be placed at all (its claims exist, are not another pod's, their
+        classes exist); None if it may rightly wait for another reason."""
         names = named_claims(pod)
         if not names:
             return None
         classes = {c["metadata"]["name"] for c in self.fake.list(CLASSES).items}
-        need = 0
         for name in names:
             c = claims.get(name)
             if c is None or c["spec"]["className"] not in classes or c["metadata"].get("deletionTimestamp"):
@@ -782,7 +977,6 @@ class Sim:
                 return None
             if (c.get("status") or {}).get("phase") == "Bound":
                 return None  # anchored: may rightly wait for its node
-            need += c["spec"]["count"]
         if any((c.get("status") or {}).get("rejectedNodes") for c in claims.values()):
             return None  # a rejection may rightly keep it off the only node with room
         by_class: dict[str, int] = {}
@@ -794,7 +988,7 @@ class Sim:
                 asks = sum(n for c, n in by_class.items() if limit.covers(c))
                 if asks and self.held_in_namespace(limit.covers) + asks > limit.gpus:
                     return None  # its budget rightly holds it back
-        return need
+        return by_class
 
 
 def _normalized(usage: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
