@@ -304,24 +304,41 @@ def test_a_retained_claim_brings_the_next_pod_back_to_the_same_node(
              message=f"the next notebook pod back on {home}")
 
 
-def test_a_pod_waits_for_capacity_until_a_node_is_added(
+def test_a_pod_larger_than_any_node_is_unsatisfiable_until_a_large_enough_node_is_added(
     cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
 ) -> None:
-    gpu_nodes("small", gpus=2, labels=cluster.label)
+    """Issue 45, item 1: 4 GPUs where the largest node has 2 is not a wait
+    for Capacity (which frees nothing for it): its own reason, event,
+    status column and why verdict; a node large enough turns it back into
+    an ordinary placement."""
+    from click.testing import CliRunner
+
+    from gpuclaimctl.cmd import cli
+
+    small = node_name(gpu_nodes("small", gpus=2, labels=cluster.label))
     cls = cluster.gpu_class("a100")
     rc = run_controller()
     cluster.pod("big", [{"name": "g", "className": cls, "count": 4}])
-    wait_for(lambda: cluster.waiting_reason("big-g") == "Capacity", timeout=30,
-             message="claim big-g Waiting with reason Capacity")
+    wait_for(lambda: cluster.waiting_reason("big-g") == "Unsatisfiable", timeout=30,
+             message=lambda: f"claim big-g Waiting with reason Unsatisfiable: {cluster.describe_pod('big')}")
     assert cluster.read_pod("big").spec.scheduling_gates  # still gated
-    wait_for(lambda: len(cluster.events("Capacity")) == 1, timeout=10, message="one Capacity event")
-    assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="Capacity") >= 1
+    events = wait_for(lambda: cluster.events("Unsatisfiable"), timeout=10, message="an Unsatisfiable event")
+    assert f"(the largest: 2 nvidia.com/gpu on {small})" in events[0].message, events[0].message
+    assert not cluster.events("Capacity")
+    assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="Unsatisfiable") >= 1
+    kubeconfig = rc.options.kubeconfig
+    status = CliRunner().invoke(cli.main, ["status", "--kubeconfig", kubeconfig])
+    assert status.exit_code == 0 and "Unsatisfiable" in status.output, status.output
+    why = CliRunner().invoke(cli.main, ["why", f"{cluster.ns}/big", "--kubeconfig", kubeconfig, "-o", "json"])
+    doc = json.loads(why.output)
+    assert doc["decision"]["reason"] == "Unsatisfiable"
+    assert {n["node"]: n["verdict"] for n in doc["nodes"]} == {small: "too small"}
 
     new = node_name(gpu_nodes("large", gpus=8, labels=cluster.label))
     wait_for(lambda: cluster.running_on("big", new), timeout=60,
              message=f"pod big released onto the new node {new}")
     assert cluster.waiting_reason("big-g") is None
-    assert len(cluster.events("Capacity")) == 1, "one event per reason change, not per retry"
+    assert len(cluster.events("Unsatisfiable")) == 1, "one event per reason change, not per retry"
 
 
 def test_a_users_claim_stops_waiting_when_the_pod_that_waited_for_it_is_deleted(
@@ -332,8 +349,8 @@ def test_a_users_claim_stops_waiting_when_the_pod_that_waited_for_it_is_deleted(
     cluster.claim("big", cls, 4)
     run_controller()
     cluster.pod("wants-big", [{"name": "g", "claim": "big"}])
-    wait_for(lambda: cluster.waiting_reason("big") == "Capacity", timeout=30,
-             message="claim big Waiting with reason Capacity")
+    wait_for(lambda: cluster.waiting_reason("big") == "Unsatisfiable", timeout=30,
+             message="claim big Waiting with reason Unsatisfiable")
     cluster.core.delete_namespaced_pod("wants-big", cluster.ns, grace_period_seconds=0)
 
     def ended() -> bool:
@@ -427,8 +444,8 @@ def test_an_inline_entry_edited_while_its_pod_waits_has_its_claim_made_again(
     cls = cluster.gpu_class("a100")
     run_controller()
     cluster.pod("edited", [{"name": "g", "className": cls, "count": 4}])
-    wait_for(lambda: cluster.waiting_reason("edited-g") == "Capacity", timeout=30,
-             message=lambda: f"edited-g waiting for Capacity: {cluster.get_claim('edited-g')}")
+    wait_for(lambda: cluster.waiting_reason("edited-g") == "Unsatisfiable", timeout=30,
+             message=lambda: f"edited-g waiting for Unsatisfiable: {cluster.get_claim('edited-g')}")
     old_uid = (cluster.get_claim("edited-g") or {})["metadata"]["uid"]
     # A claim's spec cannot change: the claim made from the old entry goes,
     # and one is made as the annotation says now.

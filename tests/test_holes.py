@@ -195,3 +195,25 @@ def test_a_refused_bare_pod_whose_annotation_was_edited_after_release_lets_go_of
     claim = s.fake.get(CLAIMS, NS, "bare-g")
     assert claim is not None and not claim["status"].get("reservedFor")
     assert any(e.reason == "NodeRefused" for e in s.fake.events)
+
+
+def test_a_set_larger_than_any_node_is_unsatisfiable_until_a_large_enough_node_appears() -> None:
+    """Issue 45 item 1: 12 GPUs where the largest node has 8 is not a wait
+    for Capacity: its own reason and event; a node large enough turns it
+    back into an ordinary wait (the node's event wakes it) and places it."""
+    s = Story(nodes=(8, 4))
+    s.pod("big", [{"name": "g", "className": "alpha", "count": 12}])
+    s.see_all()
+    s.sync(f"pod:{NS}/big")
+    s.see_all()
+    claim = s.fake.get(CLAIMS, NS, "big-g")
+    assert claim is not None
+    waiting = next(c for c in claim["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
+    assert waiting["reason"] == "Unsatisfiable", waiting
+    assert "no node it may use has that many allocatable (the largest: 8" in waiting["message"]
+    assert [e.reason for e in s.fake.events if e.type == "Warning"] == ["Unsatisfiable"]
+    s.node("n9", 16)
+    s.see_all()   # the node's event wakes the pod
+    assert f"pod:{NS}/big" in s.ctl.queue.ready
+    s.sync(f"pod:{NS}/big")
+    assert not s.gated("big")

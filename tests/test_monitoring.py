@@ -143,7 +143,7 @@ def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_keeps_it_quiet()
 
 def test_the_alerts_are_the_ones_an_operator_is_promised() -> None:
     assert set(alerts()) == {"GPUClaimPodWaitingTooLong", "GPUClaimPodWaitingForGPUs",
-                             "GPUClaimsLost", "GPUBudgetNearlyExhausted", "GPUClaimCtlNoLeader",
+                             "GPUClaimPodUnsatisfiable", "GPUClaimsLost", "GPUBudgetNearlyExhausted", "GPUClaimCtlNoLeader",
                              "GPUClaimCtlSyncErrors"}
     for name, rule in alerts().items():
         assert rule["labels"]["severity"] in ("info", "warning", "critical"), name
@@ -169,6 +169,24 @@ def test_the_dashboard_shows_what_an_operator_looks_for() -> None:
     ids = [p["id"] for p in dashboard()["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     assert {v["name"] for v in variables()} == {"job", "class", "namespace"}
+
+
+def test_the_dashboard_plots_failed_syncs_not_the_retries_a_healthy_controller_makes() -> None:
+    """Issue 45: workqueue_retries_total counts every delayed re-queue (as in
+    client-go), so it grew on a healthy controller under a panel that called
+    it failed syncs."""
+    panels = dashboard()["panels"]
+    for p in panels:
+        if any("workqueue_retries_total" in t["expr"] for t in p.get("targets", ())):
+            assert "delayed re-queue" in p.get("description", ""), f"{p['title']}: says what retries count"
+    failed = [p for p in panels if "Failed" in p["title"]]
+    assert failed and all('result="error"' in t["expr"] for p in failed for t in p["targets"])
+
+
+def test_the_dashboard_counts_claims_created_by_source() -> None:
+    exprs = [e for _, e in panel_queries()]
+    assert any("gpuclaimctl_claims_created_total" in e and "by (source)" in e for e in exprs)
+    assert not any("gpuclaimctl_template_claims_created_total" in e for e in exprs), "the deprecated name"
 
 
 # --- a real Prometheus scraping a real controller ------------------------------------------
@@ -370,7 +388,7 @@ def test_prometheus_scraping_the_controller_answers_every_dashboard_query_with_d
         # increase to show; and one pod that waits for Capacity.
         released = f'gpuclaimctl_pod_release_seconds_count{{job="gpuclaimctl", namespace="{namespace}"}}'
         cluster.pod("first", [{"name": "g", "className": cls, "count": 1}])
-        cluster.pod("too-big", [{"name": "g", "className": cls, "count": 8}])
+        cluster.pod("too-big", [{"name": "g", "className": cls, "count": 4}])  # the node's 4, 1 taken
         wait_for(lambda: prom.value(released) == 1, timeout=30, interval=0.2,
                  message="Prometheus to see the first release")
         cluster.pod("second", [{"name": "g", "className": cls, "count": 1}])

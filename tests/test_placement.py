@@ -187,11 +187,11 @@ AFFINITY = {
 CLASSES = {
     "class-selector-steers": Case(
         LABELLED, [claim()], "node-b", used=A_FULLER, classes=[gpu_class(selector={"fast": "yes"})]),
-    "class-selector-matching-no-node-is-Capacity": Case(
-        LABELLED, [claim()], "Capacity", classes=[gpu_class(selector={"product": "h100"})]),
+    "class-selector-matching-no-node-is-Unsatisfiable": Case(
+        LABELLED, [claim()], "Unsatisfiable", classes=[gpu_class(selector={"product": "h100"})]),
     "node-without-the-resource-does-not-offer-the-class": Case(
         [node("node-a", resources={"cpu": 8}), node("node-b", gpus=2)], [claim()], "node-b"),
-    "node-with-zero-gpus-does-not-offer-the-class": Case([node("node-a", gpus=0)], [claim()], "Capacity"),
+    "node-with-zero-gpus-does-not-offer-the-class": Case([node("node-a", gpus=0)], [claim()], "Unsatisfiable"),
     "class-not-found": Case(LABELLED, [claim(class_name="h100")], "ClassNotFound"),
     "class-deleting": Case(LABELLED, [claim()], "ClassDeleting", classes=[gpu_class(deleting=True)]),
     "multi-class-set-needs-a-node-offering-both": Case(
@@ -202,11 +202,11 @@ CLASSES = {
         classes=[gpu_class("a100"), gpu_class("mi300", resource=AMD)]),
     "multi-class-set-checks-each-resource": Case(
         [node("node-b", resources={GPU: 8, AMD: 4})],
-        [claim("n", 2, "a100"), claim("m", 5, "mi300")], "Capacity",
+        [claim("n", 2, "a100"), claim("m", 5, "mi300")], "Unsatisfiable",
         classes=[gpu_class("a100"), gpu_class("mi300", resource=AMD)]),
     "multi-class-set-with-no-common-node": Case(
         [node("node-a", resources={GPU: 8}), node("node-c", resources={AMD: 8})],
-        [claim("n", 1, "a100"), claim("m", 1, "mi300")], "Capacity",
+        [claim("n", 1, "a100"), claim("m", 1, "mi300")], "Unsatisfiable",
         classes=[gpu_class("a100"), gpu_class("mi300", resource=AMD)]),
     "two-classes-on-one-resource-add-up": Case(
         [node("node-a", labels={"x": "1"}, gpus=8), node("node-b", labels={"x": "1"}, gpus=4)],
@@ -235,12 +235,23 @@ CAPACITY = {
     "gpus-of-pods-without-claims-count": Case(
         [node("node-a"), node("node-b")], [claim(count=4)], "node-b", used={GPU: {"node-a": 6}}),
     "set-that-fits-no-single-node-waits": Case(
-        [node("node-a"), node("node-b")], [claim("x", 5), claim("y", 4)], "Capacity"),
+        [node("node-a"), node("node-b")], [claim("x", 5), claim("y", 4)], "Unsatisfiable"),
     "set-goes-whole-to-the-node-with-room-for-all": Case(
         [node("node-a"), node("node-b")], [claim("x", 3), claim("y", 3)], "node-b", used={GPU: {"node-a": 3}}),
     "exactly-full-node-fits": Case([node("node-a")], [claim(count=8)], "node-a"),
     "overcommitted-node-has-no-room": Case([node("node-a")], [claim()], "Capacity", used={GPU: {"node-a": 9}}),
-    "no-nodes-at-all": Case([], [claim()], "Capacity"),
+    "no-nodes-at-all": Case([], [claim()], "Unsatisfiable"),
+    # Issue 45: a set larger than any node the pod may use can never fit:
+    # not a wait for Capacity, which frees nothing for it.
+    "set-larger-than-any-node-is-Unsatisfiable": Case([node("node-a"), node("node-b")], [claim(count=12)],
+                                                       "Unsatisfiable"),
+    "set-that-fits-a-busy-node-is-Capacity": Case([node("node-a")], [claim(count=8)], "Capacity",
+                                                  used={GPU: {"node-a": 1}}),
+    "set-that-fits-only-a-node-not-ready-is-Capacity": Case(
+        [node("node-a", gpus=4), node("node-b", gpus=16, ready=False)], [claim(count=12)], "Capacity"),
+    "set-that-fits-only-a-node-the-pod-excludes-is-Unsatisfiable": Case(
+        [node("node-a", gpus=4, labels={"fast": "yes"}), node("node-b", gpus=16, labels={"fast": "no"})],
+        [claim(count=12)], "Unsatisfiable", spec={"nodeSelector": {"fast": "yes"}}),
 }
 
 STRATEGY = {

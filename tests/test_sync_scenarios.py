@@ -1438,7 +1438,7 @@ def test_a_claim_two_waiting_pods_name_says_why_the_older_waits_and_is_not_rewri
     once a second each, for as long as they waited. The older pod's reason
     stands; the younger is told by its Warning event."""
     s = Story(nodes=(4,))
-    s.claim("shared", 8)  # more than any node has: Capacity
+    s.claim("shared", 8)  # more than any node has: Unsatisfiable
     s.pod("old", [{"name": "g", "claim": "shared"}, {"name": "h", "className": "nosuch", "count": 1}])
     s.pod("young", [{"name": "g", "claim": "shared"}])
     s.see_all()
@@ -1455,7 +1455,7 @@ def test_a_claim_two_waiting_pods_name_says_why_the_older_waits_and_is_not_rewri
     waiting = next(c for c in shared["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
     assert waiting["reason"] == "ClassNotFound"
     assert [(e.reason, e.involved) for e in s.fake.events if e.type == "Warning"] == \
-        [("ClassNotFound", f"Pod/{NS}/old"), ("Capacity", f"Pod/{NS}/young")]
+        [("ClassNotFound", f"Pod/{NS}/old"), ("Unsatisfiable", f"Pod/{NS}/young")]
 
 
 def test_a_warning_the_recorder_dropped_is_told_again_by_the_next_sync() -> None:

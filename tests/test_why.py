@@ -483,16 +483,20 @@ def test_why_on_the_real_plane_explains_a_waiting_pod_then_where_the_released_on
         assert result.exit_code == 0, result.output
         doc = json.loads(result.output)
         assert doc["state"] == "waiting"
-        assert doc["controller"]["reason"] == "Capacity" == doc["decision"]["reason"]
+        # 6 where the only node the pod may use has 4 in all (the tainted
+        # one it does not tolerate has 8): never, as things are.
+        assert doc["controller"]["reason"] == "Unsatisfiable" == doc["decision"]["reason"]
+        assert "1 node that large the pod's nodeSelector, affinity or tolerations exclude" in \
+            doc["decision"]["message"]
         assert {n["node"]: (n["verdict"], n["free"], [p["verdict"] for p in n["problems"]])
                 for n in doc["nodes"]} == {
-            big: ("short", {GPU: 4}, ["short"]),
+            big: ("too small", {GPU: 4}, ["too small"]),
             tainted: ("taint", {GPU: 8}, ["taint"])}
         assert "in flight" in doc["note"]
 
         text = CliRunner().invoke(cli.main, ["why", "huge", "-n", namespace, "--kubeconfig", kubeconfig]).output
         assert f"{tainted}  taint" in text and "taint team=vision:NoSchedule not tolerated" in text
-        assert f"{big}" in text and "short by 2 nvidia.com/gpu: the set needs 6, 4 free" in text
+        assert f"{big}" in text and "too small: the set needs 6 nvidia.com/gpu here, the node has 4 in all" in text
 
         cluster.pod("small", [{"name": "g", "className": cls, "count": 2}])
         wait_for(lambda: cluster.running_on("small", big), timeout=30,

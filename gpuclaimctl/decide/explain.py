@@ -56,6 +56,8 @@ class Verdict(StrEnum):
     AFFINITY = "affinity"
     VOLUME = "volume"
     TAINT = "taint"
+    # Not that many GPUs allocatable at all: waiting frees none (Unsatisfiable).
+    TOO_SMALL = "too small"
     SHORT = "short"
     OVER_BUDGET = "over budget"
 
@@ -180,7 +182,10 @@ def _problems(pod: PodInfo, states: Sequence[ClaimState], cluster: Cluster, node
     out += _rule_problems(pod, node)
     for resource, n in sorted(need.items()):
         free = placer.free(node, resource)
-        if free < n:
+        if node.allocatable.get(resource, 0) < n:
+            out.append(Problem(Verdict.TOO_SMALL, f"too small: the set needs {n} {resource} here, the "
+                               f"node has {node.allocatable.get(resource, 0)} in all"))
+        elif free < n:
             out.append(Problem(Verdict.SHORT, f"short by {n - free} {resource}: the set needs {n}, "
                                f"{free} free"))
     if not out and refusal is not None:

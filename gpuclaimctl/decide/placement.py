@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -338,7 +338,9 @@ class _Placer:
             # whole set may still fit together elsewhere (its bound claims
             # move with it) rather than wait for the anchor forever.
             moved = self.search(moved_from_cordon=())
-            return moved if isinstance(moved, Placed) else kept
+            if isinstance(moved, Placed) or moved.reason is WaitReason.UNSATISFIABLE:
+                return moved  # placed elsewhere; or no node, its own neither, can ever hold it
+            return kept
         return self.search(moved_from_cordon=cordoned)
 
     def stay(self, stay: list[str], anchors: dict[str, list[ClaimState]]) -> Decision:
@@ -508,10 +510,11 @@ class _Placer:
         if not offer.nodes:
             empty = [cn for cn in class_names if not self.cluster.offer((cn,)).nodes]
             if empty:
-                return self.wait(WaitReason.CAPACITY, f"{self.set_desc}: no node offers GPUClass {', '.join(empty)}")
+                return self.wait(WaitReason.UNSATISFIABLE,
+                                 f"{self.set_desc}: no node offers GPUClass {', '.join(empty)}")
             return self.wait(
-                WaitReason.CAPACITY, f"{self.set_desc}: no single node offers all of GPUClass {', '.join(class_names)}"
-            )
+                WaitReason.UNSATISFIABLE,
+                f"{self.set_desc}: no single node offers all of GPUClass {', '.join(class_names)}")
         classes = "GPUClass " + ", ".join(class_names)
         admits = self.pod.rules.admits
         rejected = self.rejected
@@ -565,6 +568,10 @@ class _Placer:
                 roomy_excluded += 1
         if not roomy_but and not any(usable(n) for n in offer.ordered):
             return self.no_node_suits(offer.ordered, classes)
+        if not roomy_but:
+            too_small = self.too_small(offer.ordered, need, usable)
+            if too_small is not None:
+                return too_small
         if roomy_but["rejected"]:
             names = [n.name for w, n in roomy if w == "rejected"]
             return self.wait(WaitReason.NODE_REJECTED, self.rejected_message(self.set_desc, names))
@@ -597,9 +604,7 @@ class _Placer:
             if budget <= 0:
                 break
         if roomy_excluded:
-            excluders = "nodeSelector, affinity, tolerations or volumes" if self.pod.rules.volumes else \
-                "nodeSelector, affinity or tolerations"
-            detail += f"; {_nodes(roomy_excluded)} with room the pod's {excluders} exclude"
+            detail += f"; {_nodes(roomy_excluded)} with room the pod's {self.excluders()} exclude"
         if moved_from_cordon:
             return self.wait(
                 WaitReason.CORDONED,
@@ -609,6 +614,32 @@ class _Placer:
         if roomy_but["cordoned"]:
             return self.wait(WaitReason.CORDONED, f"{self.set_desc} needs {needs} on one node; {detail}")
         return self.wait(WaitReason.CAPACITY, f"{self.set_desc} needs {needs} on one node; {detail}")
+
+    def too_small(self, universe: Sequence[NodeInfo], need: Mapping[str, int],
+                  usable: Callable[[NodeInfo], bool]) -> Waiting | None:
+        """Unsatisfiable when no node the set may use -- offering its classes
+        and admitting the pod, in any state (one not Ready or cordoned may
+        come back) -- has as many GPUs allocatable as the whole set needs;
+        None when one has. Allocatable first (cheap), the pod's rules only
+        on nodes big enough, until one passes."""
+        checks = sorted(need.items())
+        if any(all(node.allocatable.get(r, 0) >= n for r, n in checks) and usable(node)
+               for node in universe):
+            return None
+        needs = ", ".join(f"{n} {r}" for r, n in checks)
+        largest = max((n for n in universe if usable(n)),
+                      key=lambda n: (tuple(n.allocatable.get(r, 0) for r, _ in checks), n.name))
+        has = ", ".join(f"{largest.allocatable.get(r, 0)} {r}" for r, _ in checks)
+        excluded = sum(1 for node in universe if all(node.allocatable.get(r, 0) >= n for r, n in checks))
+        but = (f"; {_nodes(excluded)} that large the pod's {self.excluders()} exclude" if excluded else "")
+        return self.wait(
+            WaitReason.UNSATISFIABLE,
+            f"{self.set_desc} needs {needs} on one node, and no node it may use has that many allocatable "
+            f"(the largest: {has} on {largest.name}){but}; it waits for a larger node, or a smaller set")
+
+    def excluders(self) -> str:
+        return "nodeSelector, affinity, tolerations or volumes" if self.pod.rules.volumes else \
+            "nodeSelector, affinity or tolerations"
 
     def no_node_suits(self, universe: Sequence[NodeInfo], classes: str) -> Waiting:
         rules = self.pod.rules

@@ -82,6 +82,10 @@ class WaitReason(StrEnum):
     the pod's Warning event (DESIGN.md §4)."""
 
     CAPACITY = "Capacity"
+    # No node the set may use (offering its classes, admitting the pod) has
+    # that many GPUs allocatable at all, or a class has no node: waiting
+    # frees nothing; only a bigger node (or a smaller set) can help.
+    UNSATISFIABLE = "Unsatisfiable"
     CLASS_NOT_FOUND = "ClassNotFound"
     CLASS_DELETING = "ClassDeleting"
     CLAIM_MISSING = "ClaimMissing"

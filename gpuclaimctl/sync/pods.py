@@ -228,7 +228,7 @@ def _place_now(ctx: SyncContext, pod: Obj) -> None:
         return
     if isinstance(decision, Waiting):
         need = podplan.unbound_need(states, ctx.view.cluster().classes) \
-            if decision.reason is api.WaitReason.CAPACITY else None
+            if decision.reason in (api.WaitReason.CAPACITY, api.WaitReason.UNSATISFIABLE) else None
         if need:
             ctx.memories.capacity_needs[key] = need
         else:
