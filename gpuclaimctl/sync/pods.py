@@ -73,7 +73,7 @@ from gpuclaimctl.model.snapshot import (
 )
 from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated
 from gpuclaimctl.state import indexes
-from gpuclaimctl.state.inflight import may_still_land_for, parse_rv
+from gpuclaimctl.state.inflight import InFlight, may_still_land_for, parse_rv
 from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
@@ -123,10 +123,12 @@ def _place(ctx: SyncContext, pod: Obj) -> None:
 
 
 def _place_now(ctx: SyncContext, pod: Obj) -> None:
+    """Gather, decide, apply: the claims the set names (made first where
+    they are missing), THE decision under the view's lock (what it takes is
+    counted in flight there), then the writes that decision asks for."""
     doubt = _release_in_doubt(ctx, pod)
     if doubt is _Landed.RELEASED:
         return
-    pinned = doubt[0] if isinstance(doubt, tuple) else None
     try:
         entries = pod_claims(pod)
     except PodClaimsError as e:
@@ -138,115 +140,193 @@ def _place_now(ctx: SyncContext, pod: Obj) -> None:
     key, age = keys.key_of(pod), (info.created, info.namespace, info.name)
     # Oldest first where pods compete: see turnstile.
     with ctx.turnstile.entered(key, age):
-        resolved = podplan.resolve(pod, entries, ctx.claims.get, ctx.templates.get)
-        created = {r.entry.name: _create(ctx, pod, r) for r in resolved if isinstance(r, ToCreate)}
-        raw: dict[str, Mapping[str, Any]] = {}
-        states: list[ClaimState | UnresolvedClaim] = []
-        for entry, r in zip(entries, resolved):
-            if isinstance(r, Outdated):
-                # Made again once the delete is seen (the claim's delete
-                # event brings the pod back); until then the set waits.
-                # Only the version read: a bind of ours the cache does not
-                # show yet makes it a 409, and the pod is synced again.
-                meta = r.claim["metadata"]
-                ctx.writer.delete_claim(info.namespace, meta["name"], meta["uid"], meta.get("resourceVersion"))
-                log.info("deleted a claim made from an earlier annotation", extra={"pod": key})
-                states.append(UnresolvedClaim(r.claim["metadata"]["name"], api.WaitReason.CLAIM_MISSING,
-                                              r.message))
-                continue
-            claim = created.get(entry.name) if isinstance(r, ToCreate) else (
-                r.claim if isinstance(r, Found) else None)
-            if claim is None:
-                assert isinstance(r, UnresolvedClaim)
-                states.append(r)
-            else:
-                raw[claim["metadata"]["name"]] = claim
-                states.append(ClaimState.from_api(claim))
-        set_key = podplan.set_key(pod, entries)
+        read = _gather(ctx, pod, info, entries, doubt if isinstance(doubt, tuple) else None)
         ctx.turnstile.wait_turn(key, age)
-        now = ctx.now()
-        me = PodRef(info.name, info.uid)
-        budgets = _budgets(ctx, info.namespace)
-        with ctx.view.deciding() as d:
-            states = [_with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s
-                      for s in states]
-            states = _with_set_rejections(ctx, set_key, states, now)
-            decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy,
-                              budgets=budgets,
-                              budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
-            held_back = isinstance(decision, Placed) and pinned is not None and decision.node != pinned
-            taking = decision if isinstance(decision, Placed) and not held_back else None
-            # A claim with a write of ours not seen back yet (answered, or
-            # refused or lost and not settled) counts where that write puts
-            # it: the decision sees it bound there (_with_inflight). Taking
-            # new GPUs for it elsewhere -- the node went invalid for the set
-            # meanwhile -- would replace that count while the claim may be
-            # bound there on the server (I1). The move waits until the
-            # informer shows what the write did (the entry ends).
-            unsettled = None if taking is None else next(
-                (e for e in (d.in_flight(a.uid) for a in taking.new_gpus()) if e is not None), None)
-            if unsettled is not None:
-                taking = None
-            # GPUs freed since this pod's turn came woke older pods (the
-            # view and the queue change together: Handlers.woke_by); the
-            # oldest that fits gets them first. Only when taking new GPUs:
-            # a pod that waits takes nothing from anyone. Once in a row at
-            # most (Memories.gave_turn).
-            gave_turn_last_time = ctx.memories.gave_turn.pop(info.uid) is not None
-            overtaken = taking is not None and not gave_turn_last_time and \
-                any(taking.new_gpus()) and ctx.turnstile.overtaken(key, age)
-            if overtaken:
-                ctx.memories.gave_turn[info.uid] = True
-            elif taking is not None:
-                for a in taking.new_gpus():
-                    claim = raw[a.claim]
-                    d.record(a.uid, me, a.node, a.resource, a.count,
-                             claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
-                             class_name=str((claim.get("spec") or {}).get("className") or ""),
-                             name=a.claim)
+        verdict = _decide(ctx, read)
+    _apply(ctx, read, verdict)
 
-    if unsettled is not None:
+
+@dataclasses.dataclass(frozen=True)
+class _SetRead:
+    """What a placing sync gathered: the pod and its set's claims, as read
+    (or as made by this sync), before deciding."""
+
+    pod: Obj
+    info: PodInfo
+    key: str
+    age: tuple[datetime, str, str]
+    # claim name -> the claim as read or made (what the writes are based on).
+    raw: Mapping[str, Mapping[str, Any]]
+    states: Sequence[ClaimState | UnresolvedClaim]
+    set_key: tuple[str, str]
+    # An earlier release whose answer was lost may still pin the pod to
+    # this node, for this many seconds more (_release_in_doubt).
+    doubt: tuple[str, float] | None
+
+
+def _gather(ctx: SyncContext, pod: Obj, info: PodInfo, entries: Sequence[Any],
+            doubt: tuple[str, float] | None) -> _SetRead:
+    """The set's claims from the caches; a template or inline claim that is
+    missing is made first (its create's answer is the claim), one made from
+    an earlier annotation is deleted (the set waits for it to go)."""
+    resolved = podplan.resolve(pod, entries, ctx.claims.get, ctx.templates.get)
+    created = {r.entry.name: _create(ctx, pod, r) for r in resolved if isinstance(r, ToCreate)}
+    raw: dict[str, Mapping[str, Any]] = {}
+    states: list[ClaimState | UnresolvedClaim] = []
+    key = keys.key_of(pod)
+    for entry, r in zip(entries, resolved):
+        if isinstance(r, Outdated):
+            # Made again once the delete is seen (the claim's delete
+            # event brings the pod back); until then the set waits.
+            # Only the version read: a bind of ours the cache does not
+            # show yet makes it a 409, and the pod is synced again.
+            meta = r.claim["metadata"]
+            ctx.writer.delete_claim(info.namespace, meta["name"], meta["uid"], meta.get("resourceVersion"))
+            log.info("deleted a claim made from an earlier annotation", extra={"pod": key})
+            states.append(UnresolvedClaim(r.claim["metadata"]["name"], api.WaitReason.CLAIM_MISSING,
+                                          r.message))
+            continue
+        claim = created.get(entry.name) if isinstance(r, ToCreate) else (
+            r.claim if isinstance(r, Found) else None)
+        if claim is None:
+            assert isinstance(r, UnresolvedClaim)
+            states.append(r)
+        else:
+            raw[claim["metadata"]["name"]] = claim
+            states.append(ClaimState.from_api(claim))
+    return _SetRead(pod, info, key, (info.created, info.namespace, info.name), raw, states,
+                    podplan.set_key(pod, entries), doubt)
+
+
+class _Step(enum.Enum):
+    """What the sync does with its decision."""
+
+    PLACE = "place"          # bind the claims and release the pod
+    WAIT = "wait"            # say why it waits
+    UNSETTLED = "unsettled"  # an earlier bind of a claim it would move is not seen back yet
+    OVERTAKEN = "overtaken"  # an older pod was woken after this one's turn came
+    HELD_BACK = "held back"  # an earlier release to another node may land yet
+
+
+@dataclasses.dataclass(frozen=True)
+class _Verdict:
+    decision: Placed | Waiting
+    # The claims as decided on (in-flight placements and the set's
+    # remembered rejections folded in).
+    states: Sequence[ClaimState | UnresolvedClaim]
+    step: _Step
+    now: datetime
+    unsettled: InFlight | None = None
+
+
+def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
+    """THE decision, with the view's lock held from reading usage to
+    recording what it takes in flight (nothing else decides meanwhile)."""
+    now = ctx.now()
+    info = read.info
+    me = PodRef(info.name, info.uid)
+    budgets = _budgets(ctx, info.namespace)
+    pinned = read.doubt[0] if read.doubt is not None else None
+    with ctx.view.deciding() as d:
+        states = [_with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s
+                  for s in read.states]
+        states = _with_set_rejections(ctx, read.set_key, states, now)
+        decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy,
+                          budgets=budgets,
+                          budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
+        # Whatever comes of this decision, a turn given up last time is not
+        # given up again now (Memories.gave_turn: once in a row at most).
+        gave_turn_last_time = ctx.memories.gave_turn.pop(info.uid) is not None
+        if isinstance(decision, Waiting):
+            return _Verdict(decision, states, _Step.WAIT, now)
+        if pinned is not None and decision.node != pinned:
+            return _Verdict(decision, states, _Step.HELD_BACK, now)
+        # A claim with a write of ours not seen back yet (answered, or
+        # refused or lost and not settled) counts where that write puts
+        # it: the decision sees it bound there (_with_inflight). Taking
+        # new GPUs for it elsewhere -- the node went invalid for the set
+        # meanwhile -- would replace that count while the claim may be
+        # bound there on the server (I1). The move waits until the
+        # informer shows what the write did (the entry ends).
+        unsettled = next((e for e in (d.in_flight(a.uid) for a in decision.new_gpus()) if e is not None), None)
+        if unsettled is not None:
+            return _Verdict(decision, states, _Step.UNSETTLED, now, unsettled)
+        # GPUs freed since this pod's turn came woke older pods (the
+        # view and the queue change together: Handlers.woke_by); the
+        # oldest that fits gets them first. Only when taking new GPUs:
+        # a pod that waits takes nothing from anyone. Once in a row at
+        # most (Memories.gave_turn).
+        if not gave_turn_last_time and any(decision.new_gpus()) and ctx.turnstile.overtaken(read.key, read.age):
+            ctx.memories.gave_turn[info.uid] = True
+            return _Verdict(decision, states, _Step.OVERTAKEN, now)
+        for a in decision.new_gpus():
+            claim = read.raw[a.claim]
+            d.record(a.uid, me, a.node, a.resource, a.count,
+                     claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
+                     class_name=str((claim.get("spec") or {}).get("className") or ""),
+                     name=a.claim)
+        return _Verdict(decision, states, _Step.PLACE, now)
+
+
+def _apply(ctx: SyncContext, read: _SetRead, verdict: _Verdict) -> None:
+    """The writes (or the retry) the verdict asks for."""
+    pod, key, decision = read.pod, read.key, verdict.decision
+    if verdict.step is _Step.UNSETTLED:
+        assert verdict.unsettled is not None
         # Woken by the claim's update once seen; the delay is the backstop
         # for an end no pod event brings (a refusal followed by another's
         # change of the claim, a lost answer settled by a live read).
         log.info("a claim's earlier bind is not seen back yet; the set moves once it is",
-                 extra={"pod": key, "node": unsettled.node})
-        ctx.enqueue_after(POD + key, max(_UNSETTLED_RETRY, unsettled.settle_after(now) + 0.1))
+                 extra={"pod": key, "node": verdict.unsettled.node})
+        ctx.enqueue_after(POD + key, max(_UNSETTLED_RETRY, verdict.unsettled.settle_after(verdict.now) + 0.1))
         return
-    if overtaken:
+    if verdict.step is _Step.OVERTAKEN:
         log.debug("an older pod was woken after this one's turn came; it decides first",
                   extra={"pod": key})
         ctx.enqueue(POD + key)  # handed out again once done, after the older pods
         return
-    if held_back:
+    if verdict.step is _Step.HELD_BACK:
         # An earlier release to `pinned` may land yet: moving the claims now
         # could leave the pod on one node and its claims on another.
-        assert isinstance(doubt, tuple)
+        assert read.doubt is not None
         log.info("a release whose answer was lost may still land; the set stays put until it cannot",
-                 extra={"pod": key, "node": pinned})
-        ctx.enqueue_after(POD + key, doubt[1] + 0.1)
+                 extra={"pod": key, "node": read.doubt[0]})
+        ctx.enqueue_after(POD + key, read.doubt[1] + 0.1)
         return
     if isinstance(decision, Waiting):
-        need = podplan.unbound_need(states, ctx.view.cluster().classes) \
-            if decision.reason in (api.WaitReason.CAPACITY, api.WaitReason.UNSATISFIABLE) else None
-        if need:
-            ctx.memories.capacity_needs[key] = need
-        else:
-            ctx.memories.capacity_needs.pop(key, None)
-        if pinned is None and _let_go_of_deleted(ctx, pod, raw):
-            # Its status changed: the Waiting conditions are written by the
-            # sync its update brings (the delay is the backstop).
-            ctx.enqueue_after(POD + key, _UNSETTLED_RETRY)
-            return
-        rejections = [r for s in states if isinstance(s, ClaimState) for r in s.rejected]
-        _waiting(ctx, pod, decision, raw, rejections)
+        _apply_waiting(ctx, read, decision, verdict.states)
         return
-    ctx.memories.capacity_needs.pop(key, None)
+    _apply_placed(ctx, read, decision)
+
+
+def _apply_waiting(ctx: SyncContext, read: _SetRead, decision: Waiting,
+                   states: Sequence[ClaimState | UnresolvedClaim]) -> None:
+    pod, key = read.pod, read.key
+    need = podplan.unbound_need(states, ctx.view.cluster().classes) \
+        if decision.reason in (api.WaitReason.CAPACITY, api.WaitReason.UNSATISFIABLE) else None
+    if need:
+        ctx.memories.capacity_needs[key] = need
+    else:
+        ctx.memories.capacity_needs.pop(key, None)
+    if read.doubt is None and _let_go_of_deleted(ctx, pod, read.raw):
+        # Its status changed: the Waiting conditions are written by the
+        # sync its update brings (the delay is the backstop).
+        ctx.enqueue_after(POD + key, _UNSETTLED_RETRY)
+        return
+    rejections = [r for s in states if isinstance(s, ClaimState) for r in s.rejected]
+    _waiting(ctx, pod, decision, read.raw, rejections)
+
+
+def _apply_placed(ctx: SyncContext, read: _SetRead, decision: Placed) -> None:
+    """Bind every claim of the set (in order), then release the pod in one
+    patch; each write's fate reaches the view."""
+    pod, info = read.pod, read.info
+    ctx.memories.capacity_needs.pop(read.key, None)
     sent: set[str] = set()
     try:
         for action in decision.claims:
             sent.add(action.uid)
-            _bind(ctx, pod, raw[action.claim], action.node, action.resource, action.uid)
+            _bind(ctx, pod, read.raw[action.claim], action.node, action.resource, action.uid)
     finally:
         # Binds never sent hold nothing (one that was sent has its fate recorded).
         for a in decision.new_gpus():
@@ -260,7 +340,7 @@ def _place_now(ctx: SyncContext, pod: Obj) -> None:
             # A test of the patch failed: the pod changed since the cache
             # showed it (or an earlier sync released it already). Decided
             # again once the cache catches up, as after a 409.
-            raise Conflict(f"pod {key} changed since it was read: {e}") from e
+            raise Conflict(f"pod {read.key} changed since it was read: {e}") from e
         if not surely_not_written(e):
             ctx.memories.release_in_doubt[info.uid] = (decision.node, ctx.now())
         raise
@@ -277,7 +357,7 @@ def _place_now(ctx: SyncContext, pod: Obj) -> None:
     ctx.memories.waiting_told.pop(told_key(pod), None)
     # Debug, not info: a line per pod was 3 % of the controller's CPU; the
     # Placed event and gpuclaimctl_placements_total tell the same.
-    log.debug("released pod on node", extra={"pod": key, "node": decision.node})
+    log.debug("released pod on node", extra={"pod": read.key, "node": decision.node})
     # The decision's message names the claims and the node ("GPUClaim ...
     # placed on node ...").
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed", decision.message)
