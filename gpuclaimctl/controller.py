@@ -128,7 +128,10 @@ class Controller:
                 name="gpuclaimctl-quotas", inline=True),
         ]
         self._workers: list[threading.Thread] = []
-        self._abandoned = threading.Event()
+        # Set by shutdown and abandon, before the queue is shut down: a
+        # worker that gets a key afterwards hands it back unsynced. The
+        # queue's shut_down alone would hand out (drain) every queued key.
+        self._no_new_work = threading.Event()
 
     @property
     def metrics(self) -> ControllerMetrics | None:
@@ -159,7 +162,13 @@ class Controller:
             t.join()
 
     def shutdown(self, timeout: float) -> bool:
-        """No new work; wait up to `timeout` for in-flight syncs. True if they finished."""
+        """No new work (SIGTERM): the syncs in progress finish; queued keys
+        are dropped, not started, as `abandon` drops them (the queue's
+        `shut_down` would hand every one out). Nothing is lost: a standby's
+        informers have queued the same keys, a restarted process's first
+        list queues them again. Waits up to `timeout` for the syncs in
+        progress; True if they finished."""
+        self._no_new_work.set()
         self.queue.shut_down()
         deadline = time.monotonic() + timeout
         for t in self._workers:
@@ -170,7 +179,7 @@ class Controller:
         """Leadership is lost: queued keys are dropped, not drained (DESIGN I3).
         Workers finish the sync they are in (its writes are refused by the
         write fence) and take no other key."""
-        self._abandoned.set()
+        self._no_new_work.set()
         self.queue.shut_down()
 
     def _run_worker(self) -> None:
@@ -181,7 +190,7 @@ class Controller:
         key, shutdown = self.queue.get()
         if shutdown or key is None:
             return False
-        if self._abandoned.is_set():
+        if self._no_new_work.is_set():
             self.queue.done(key)
             return False
         kind = key.split(":", 1)[0]
@@ -198,7 +207,7 @@ class Controller:
             level = logging.INFO if isinstance(e, Conflict) else logging.WARNING
             log.log(level, "sync %s failed, will retry: %s", key, e,
                     exc_info=level == logging.WARNING and not _is_expected(e))
-            if not self._abandoned.is_set():
+            if not self._no_new_work.is_set():
                 self.queue.add_rate_limited(key)
         finally:
             self.queue.done(key)  # leaves the turnstile unless handed out again (TurnstileTracker)

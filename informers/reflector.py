@@ -38,6 +38,9 @@ The rules are client-go's (``tools/cache/reflector.go``, ``tools/pager``):
 - The client read timeout is the server timeout plus a margin
   (``api.WATCH_READ_MARGIN``), so a dead connection is noticed.
 - ``stop`` interrupts any request in flight at once.
+- A failure is logged as it is retried: at WARNING, but for a 429
+  "storage is (re)initializing" (a fresh API server whose watch cache is
+  not filled yet answers every informer so for a second or two) at INFO.
 
 The transform hook runs on every object as it arrives, before it is queued.
 """
@@ -80,6 +83,12 @@ DEFAULT_MIN_WATCH_TIMEOUT = 300.0
 # an error ("very short watch"), so a misbehaving server or proxy cannot
 # make it spin.
 _SHORT_WATCH = 1.0
+
+
+def storage_initializing(e: ApiStatusError) -> bool:
+    """The 429 kube-apiserver answers while a resource's watch cache is being
+    filled (at its start, or after etcd came back): retried, it soon works."""
+    return e.code == 429 and "storage is (re)initializing" in e.message
 
 
 class ReflectorStore(Protocol):
@@ -209,6 +218,7 @@ class Reflector:
         need_list = True
         while not self._stopper.stopped:
             retry_after: float | None = None
+            level = logging.WARNING
             try:
                 if need_list:
                     opened = self._fill_store()
@@ -224,6 +234,8 @@ class Reflector:
                     return
                 self.stats.errors += 1
                 retry_after = e.retry_after
+                if storage_initializing(e):
+                    level = logging.INFO
                 if e.expired:
                     self.stats.expired += 1
                     need_list, then = True, "relisting"
@@ -248,7 +260,7 @@ class Reflector:
             delay = self._backoff.next_delay()
             if retry_after is not None:
                 delay = max(delay, retry_after)
-            log.warning("%s: %s; %s in %.1fs", self.name, error, then, delay)
+            log.log(level, "%s: %s; %s in %.1fs", self.name, error, then, delay)
             if self._wait(delay):
                 return
 

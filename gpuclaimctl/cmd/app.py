@@ -5,9 +5,10 @@ client; metrics registry; informers (started at once, so a standby's caches
 are warm when it takes over); /metrics, /healthz, /readyz; then either the
 workers directly or, with --leader-elect, only while holding the Lease.
 
-Shutdown on SIGTERM/SIGINT: no new work, in-flight syncs get
---shutdown-timeout to finish, queued events get EVENT_FLUSH_TIMEOUT to be
-sent (while the Lease is still held), the Lease is released, exit 0.
+Shutdown on SIGTERM/SIGINT: no new work (queued keys are dropped, not
+started: Controller.shutdown), in-flight syncs get --shutdown-timeout to
+finish, queued events get EVENT_FLUSH_TIMEOUT to be sent (while the Lease
+is still held), the Lease is released, exit 0.
 
 A lost Lease (DESIGN I3) is kube-controller-manager's Fatalf: the write
 fence is closed (it already refuses every write once the Lease went
@@ -57,7 +58,8 @@ from gpuclaimctl.client.leaderelection import (
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.cmd.statusview import waiting_pods
 from gpuclaimctl.cmd.webhook import build_webhook
-from informers import PODS, SharedInformerFactory
+from informers import PODS, ApiStatusError, SharedInformerFactory
+from informers.reflector import storage_initializing
 from metrics.controller import ControllerMetrics, EventMetrics, PodWait
 from metrics.leaderelection import LeaderElectionMetrics
 from metrics.workqueue import PrometheusWorkqueueMetricsProvider
@@ -352,7 +354,9 @@ def _catch_up(controller: Controller, stop: threading.Event) -> bool:
             controller.catch_up()
             return True
         except Exception as e:  # the API server is away: nothing is decided meanwhile
-            log.warning("listing claims before the first decision failed, will retry: %s", e)
+            starting = isinstance(e, ApiStatusError) and storage_initializing(e)
+            log.log(logging.INFO if starting else logging.WARNING,
+                    "listing claims before the first decision failed, will retry: %s", e)
             stop.wait(1.0)
     return False
 

@@ -1,11 +1,19 @@
-"""How a listen address is written (`--metrics-bind-address`, `--health-bind-address`).
+"""How a listen address is written (`--metrics-bind-address`, `--health-bind-address`,
+`--webhook-bind-address`), and what it means when one cannot be bound.
 
 One parser, for the flag check in `Options.validate` and for the listener
 `EndpointServer` binds: an address the flags accept is one the server can
 bind, so a bad value is refused with one line before anything starts.
+An address that is well written but cannot be bound here (taken by another
+process, not this host's) is refused by the listener with one line naming
+the flag (`BindError`), which `gpuclaimctl run` reports as it reports a
+bad flag.
 """
 
 from __future__ import annotations
+
+import errno
+import socket
 
 # kube-controller-manager's spelling of "no listener".
 DISABLED = "0"
@@ -53,3 +61,33 @@ def on_loopback(value: str, flag: str = "bind address") -> str:
         raise ValueError(f"--local serves on loopback only; {flag} {value!r} is not a loopback address "
                          "(use 127.0.0.1:PORT, [::1]:PORT or localhost:PORT)")
     return value.strip()
+
+
+def format_bind_address(host: str, port: int) -> str:
+    """(host, port) written as the flags take it: `:8080`, `[::1]:8080`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class BindError(OSError):
+    """A listener could not take its address; the message is one line that
+    names the flag to change (an OSError still, for callers that catch that)."""
+
+    def __init__(self, flag: str, address: tuple[str, int], cause: OSError) -> None:
+        super().__init__(bind_failure(flag, address, cause))
+        self.flag = flag
+
+
+def bind_failure(flag: str, address: tuple[str, int], cause: OSError) -> str:
+    """`--x-bind-address :9443: address already in use; ... (set --x-bind-address to ...)`."""
+    text = format_bind_address(*address)
+    if isinstance(cause, socket.gaierror):
+        why, instead = f"host {address[0]!r} not found", "an address of this host"
+    elif cause.errno == errno.EADDRINUSE:
+        why, instead = "address already in use; another process listens there", "another port"
+    elif cause.errno == errno.EADDRNOTAVAIL:
+        why, instead = "no interface of this host has that address", "an address of this host, or :PORT"
+    elif cause.errno == errno.EACCES:
+        why, instead = "permission denied (ports below 1024 need privileges)", "a port of 1024 or more"
+    else:
+        why, instead = (cause.strerror or str(cause)).lower(), "another address"
+    return f"{flag} {text}: {why} (set {flag} to {instead})"

@@ -2,7 +2,9 @@
 
 Every `run` flag can also be set as GPUCLAIMCTL_<FLAG> (dashes become
 underscores), as kube-controller-manager's flags can be set in a manifest.
-Bad values are refused with one line, before anything starts.
+Bad values are refused with one line, before anything starts; so is, as
+the listener finds it, an address another process already listens on
+(exit 2 both).
 """
 
 from __future__ import annotations
@@ -200,8 +202,13 @@ def run(**flags: Any) -> None:
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     from gpuclaimctl.cmd import app
+    from gpuclaimctl.cmd.bindaddress import BindError
 
-    sys.exit(app.run(options))
+    try:
+        code = app.run(options)
+    except BindError as e:  # a listener's address is taken: the flag is what to change
+        raise click.UsageError(str(e)) from None
+    sys.exit(code)
 
 
 @main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})

@@ -41,10 +41,13 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from gpuclaimctl.client import certs
 from gpuclaimctl.client.metricsauth import Access
-from gpuclaimctl.cmd.bindaddress import DISABLED, parse_bind_address
+from gpuclaimctl.cmd.bindaddress import DISABLED, BindError, parse_bind_address
 from gpuclaimctl.logs import get_logger
 
 _log = get_logger(__name__)
+
+# The flag each listener's address comes from, named when it cannot bind.
+METRICS_FLAG, HEALTH_FLAG = "--metrics-bind-address", "--health-bind-address"
 
 # A client that connects and says nothing holds only its own thread, and
 # only this long (the metrics and the webhook listeners alike).
@@ -221,24 +224,26 @@ class EndpointServer:
     def start(self) -> None:
         """Bind every enabled listener and serve in background threads.
 
-        Raises OSError (address in use, say) with nothing left listening.
+        Raises BindError (an OSError: address in use, say), one line naming
+        the flag, with nothing left listening.
         """
-        plan: list[tuple[str, tuple[str, int], frozenset[str]]] = []
+        plan: list[tuple[str, str, tuple[str, int], frozenset[str]]] = []
         if self._same and self._metrics_bind is not None:
-            plan.append(("metrics", self._metrics_bind, frozenset({"/metrics", "/healthz", "/readyz"})))
+            plan.append(("metrics", f"{METRICS_FLAG} and {HEALTH_FLAG}", self._metrics_bind,
+                         frozenset({"/metrics", "/healthz", "/readyz"})))
         else:
             if self._metrics_bind is not None:
-                plan.append(("metrics", self._metrics_bind, frozenset({"/metrics"})))
+                plan.append(("metrics", METRICS_FLAG, self._metrics_bind, frozenset({"/metrics"})))
             if self._health_bind is not None:
-                plan.append(("health", self._health_bind, frozenset({"/healthz", "/readyz"})))
-        try:
-            for role, address, paths in plan:
+                plan.append(("health", HEALTH_FLAG, self._health_bind, frozenset({"/healthz", "/readyz"})))
+        for role, flag, address, paths in plan:
+            try:
                 self._servers[role] = self._bind(address, paths)
-                if role == "metrics":
-                    self._servers[role].tls = self._metrics_tls
-        except OSError:
-            self._close_all()
-            raise
+            except OSError as e:
+                self._close_all()
+                raise BindError(flag, address, e) from e
+            if role == "metrics":
+                self._servers[role].tls = self._metrics_tls
         for role, server in self._servers.items():
             thread = threading.Thread(
                 target=server.serve_forever,

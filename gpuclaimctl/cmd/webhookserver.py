@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuclaimctl.cmd.bindaddress import parse_bind_address
+from gpuclaimctl.cmd.bindaddress import BindError, parse_bind_address
 from gpuclaimctl.cmd.endpoints import tls_handshake
 from gpuclaimctl.logs import get_logger
 from gpuclaimctl.webhook.review import AdmissionRequest, BadReview, Verdict, parse_review, response
@@ -259,8 +259,9 @@ class WebhookServer:
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Bind and serve in the background; raises OSError if the address is
-        taken. After `stop`, starts again on the port it had."""
+        """Bind and serve in the background; raises BindError (an OSError,
+        one line naming --webhook-bind-address) if the address is taken.
+        After `stop`, starts again on the port it had."""
         host, port = self._bind
         self._stop = threading.Event()
         cls = _Server6 if ":" in host else _Server
@@ -269,9 +270,9 @@ class WebhookServer:
         try:
             server.server_bind()
             server.server_activate()
-        except OSError:
+        except OSError as e:
             server.server_close()
-            raise
+            raise BindError("--webhook-bind-address", (host, port), e) from e
         self._server = server
         self._bind = (host, self.port)
         self.reload()
