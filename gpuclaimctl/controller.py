@@ -21,9 +21,10 @@ from gpuclaimctl.client.fence import NotLeader
 from gpuclaimctl.client.errors import ApiError, Conflict
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.keys import Kind, WorkKey
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, parse_time
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, claim_holds_gpus, parse_time
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -31,7 +32,7 @@ from gpuclaimctl.state.view import ClusterView
 from gpuclaimctl.sync.claims import AUDIT_PERIOD, audit_inflight, sync_claim
 from gpuclaimctl.sync.classes import sync_class
 from gpuclaimctl.sync.budgets import sync_budget
-from gpuclaimctl.sync.context import AUDIT_INFLIGHT, BUDGET, CLAIM, CLASS, POD, Settings, SyncContext
+from gpuclaimctl.sync.context import AUDIT_INFLIGHT, Settings, SyncContext
 from gpuclaimctl.sync.handlers import Handlers
 from gpuclaimctl.sync.pods import sync_pod
 from informers import (
@@ -193,7 +194,7 @@ class Controller:
         if self._no_new_work.is_set():
             self.queue.done(key)
             return False
-        kind = key.split(":", 1)[0]
+        kind = key.partition(":")[0]  # a metric label: a key no sync runs fails in dispatch
         started = time.monotonic()
         result = "ok"
         try:
@@ -246,7 +247,7 @@ class Controller:
             cls = (c.get("spec") or {}).get("className", "")
             phase = (c.get("status") or {}).get("phase") or api.Phase.PENDING
             claims[(cls, phase)] = claims.get((cls, phase), 0) + 1
-            if phase == api.Phase.BOUND:
+            if claim_holds_gpus(c):
                 bound[cls] = bound.get(cls, 0) + int((c.get("spec") or {}).get("count") or 0)
         allocatable: dict[str, int] = {}
         nodes = [NodeInfo.from_api(n) for n in self.ctx.nodes.list()]
@@ -287,9 +288,10 @@ def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str,
     name: the turnstile's order (state.turnstile.Age). The key string
     would not do: "pod:a-b/x" sorts before "pod:a/y", and a pod handed out
     ahead of one the turnstile counts older gives its turn up to it."""
-    if not key.startswith(POD):
+    pod_key = WorkKey.of_pod(key)
+    if pod_key is None:
         return ("",)
-    ns, name = keys.split(key[len(POD):])
+    ns, name = keys.split(pod_key)
     pod = get_pod(ns, name)
     if pod is None:
         return (" ",)
@@ -318,8 +320,9 @@ class TurnstileTracker:
     def queued(self, key: str) -> None:
         """A gated pod ready in the queue: a younger pod about to take GPUs
         gives its turn up to it (AgeTurnstile.overtaken)."""
-        if key.startswith(POD) and (age := self._age(key)) is not None:
-            self._turnstile.queue(key[len(POD):], age)
+        pod_key = WorkKey.of_pod(key)
+        if pod_key is not None and (age := self._age(pod_key)) is not None:
+            self._turnstile.queue(pod_key, age)
 
     def handed_out(self, key: str) -> None:
         self._enter(key)
@@ -328,7 +331,8 @@ class TurnstileTracker:
         self._enter(key)
 
     def finished(self, key: str, again: bool) -> None:
-        if not key.startswith(POD):
+        pod_key = WorkKey.of_pod(key)
+        if pod_key is None:
             return
         if again:
             # Ready again: inside (its sync may have left after deciding)
@@ -336,26 +340,27 @@ class TurnstileTracker:
             # gives its turn up to it while it waits for a worker.
             age = self._enter(key)
             if age is not None:
-                self._turnstile.queue(key[len(POD):], age)
+                self._turnstile.queue(pod_key, age)
         else:
-            self._turnstile.leave(key[len(POD):])
+            self._turnstile.leave(pod_key)
 
     def _enter(self, key: str) -> tuple[datetime, str, str] | None:
-        if not key.startswith(POD):
+        pod_key = WorkKey.of_pod(key)
+        if pod_key is None:
             return None
-        age = self._age(key)
+        age = self._age(pod_key)
         if age is not None:
-            self._turnstile.enter(key[len(POD):], age)  # the key pod sync uses
+            self._turnstile.enter(pod_key, age)  # the key pod sync uses
         else:
-            self._turnstile.leave(key[len(POD):])
+            self._turnstile.leave(pod_key)
         return age
 
-    def _age(self, key: str) -> tuple[datetime, str, str] | None:
+    def _age(self, pod_key: str) -> tuple[datetime, str, str] | None:
         """The pod's age if it may compete for GPUs: None for a pod gone,
         being deleted, not gated, or released by this process (its own
         events bring it back while the cache still shows the gate; its
         sync takes nothing), so no one waits or gives a turn up for it."""
-        ns, name = keys.split(key[len(POD):])
+        ns, name = keys.split(pod_key)
         pod = self._get_pod(ns, name)
         if pod is None or not has_gate(pod):
             return None
@@ -368,18 +373,22 @@ class TurnstileTracker:
 
 def dispatch(ctx: SyncContext, key: str) -> None:
     """Run the sync a queue key names."""
-    if key.startswith(POD):
-        sync_pod(ctx, key[len(POD):])
-    elif key.startswith(CLAIM):
-        sync_claim(ctx, key[len(CLAIM):])
-    elif key.startswith(CLASS):
-        sync_class(ctx, key[len(CLASS):])
-    elif key.startswith(BUDGET):
-        sync_budget(ctx, key[len(BUDGET):])
-    elif key == AUDIT_INFLIGHT:
-        audit_inflight(ctx)
-    else:
+    try:
+        work = WorkKey.parse(key)
+    except ValueError:
         log.error("dropping unknown key %r", key)
+        return
+    if work.kind is Kind.AUDIT:
+        if key == AUDIT_INFLIGHT:
+            audit_inflight(ctx)
+        else:
+            log.error("dropping unknown key %r", key)
+        return
+    _SYNCS[work.kind](ctx, work.key)
+
+
+_SYNCS: dict[Kind, Callable[[SyncContext, str], None]] = {
+    Kind.POD: sync_pod, Kind.CLAIM: sync_claim, Kind.CLASS: sync_class, Kind.BUDGET: sync_budget}
 
 
 def _is_expected(e: Exception) -> bool:

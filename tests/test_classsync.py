@@ -10,8 +10,10 @@ from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 GPU = "nvidia.com/gpu"
 
 
-def claim(count: Any, phase: str | None = "Bound") -> dict[str, Any]:
-    status = {"phase": phase} if phase else {}
+def claim(count: Any, phase: str | None = "Bound", reserved: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "nodeName": "a"} if phase else {}
+    if reserved:
+        status["reservedFor"] = [{"name": "p", "uid": "p-uid"}]
     return {"spec": {"className": "a100", "count": count}, "status": status}
 
 
@@ -24,9 +26,12 @@ def test_ready_nodes_offering_the_class_and_bound_claims_are_counted() -> None:
         NodeInfo("other", labels={"gpu": "h100"}, allocatable={GPU: 8}),
         NodeInfo("none", labels={"gpu": "a100"}, allocatable={GPU: 0}),
     ]
-    claims = [claim(2), claim(1), claim(4, "Pending"), claim(3, "Lost"), claim("x")]
+    claims = [claim(2), claim(1), claim(4, "Pending"), claim(3, "Lost"), claim(5, "Lost", reserved=True),
+              claim("x")]
     # A cordoned node still offers the class (its GPUs may be bound there).
-    assert class_figures(cls, nodes, claims) == {"nodes": 2, "allocatable": 12, "bound": 3}
+    # A Lost claim a pod still reserves holds its GPUs, as placement counts
+    # them (model.snapshot.holds_gpus); one nobody reserves does not.
+    assert class_figures(cls, nodes, claims) == {"nodes": 2, "allocatable": 12, "bound": 8}
 
 
 def test_a_class_nobody_offers_has_zero_figures() -> None:

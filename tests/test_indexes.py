@@ -203,3 +203,16 @@ def test_an_annotation_value_that_is_not_a_string_is_filed_under_no_claim(annota
 def test_has_gate_never_raises_on_a_malformed_pod() -> None:
     for obj in malformed(gated_pod()):
         assert isinstance(indexes.has_gate(obj), bool)
+
+
+def test_a_work_key_is_spelled_and_parsed_in_one_place() -> None:
+    from gpuclaimctl.model.keys import Kind, WorkKey
+    from gpuclaimctl.sync.context import AUDIT_INFLIGHT, CLAIM, POD
+
+    assert str(WorkKey(Kind.POD, "ns/p")) == POD + "ns/p" == "pod:ns/p"
+    assert WorkKey.parse(CLAIM + "ns/c") == WorkKey(Kind.CLAIM, "ns/c")
+    assert WorkKey.parse(AUDIT_INFLIGHT) == WorkKey(Kind.AUDIT, "inflight")
+    assert WorkKey.of_pod("pod:a-b/x") == "a-b/x" and WorkKey.of_pod("claim:a/x") is None
+    for bad in ("pods:ns/p", "ns/p", "", ":x"):
+        with pytest.raises(ValueError):
+            WorkKey.parse(bad)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuclaimctl.model.api import UNKNOWN_RESOURCE, Phase
+from gpuclaimctl.model.api import UNKNOWN_RESOURCE
 from gpuclaimctl.model.resources import extended_resources, pod_request
-from gpuclaimctl.model.snapshot import Usage
+from gpuclaimctl.model.snapshot import Usage, claim_holds_gpus
 
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -24,11 +24,9 @@ _FINISHED = frozenset({"Succeeded", "Failed"})
 def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) -> tuple[str, str, int] | None:
     """(node, resource, count) a claim holds, or None.
 
-    A Bound claim holds its GPUs on its node. So does a Lost one that a pod
-    still reserves: the node went NotReady, but the pod may still run there
-    and use them when it comes back (until the pod is gone and its
-    reservation dropped, counting them is the only safe guess; a NotReady
-    node takes no placements anyway).
+    Whether it holds any is `model.snapshot.holds_gpus`'s rule (Bound, or
+    Lost while a pod still reserves it; a NotReady node takes no placements
+    anyway).
 
     The resource is the one recorded in the claim's status when it was
     bound (`status.resourceName`), so deleting or editing its class never
@@ -38,11 +36,10 @@ def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) 
     it under every one its node offers until the claim sync records one
     (from the class, or the resource its pod requests).
     """
-    status = claim.get("status") or {}
-    node = status.get("nodeName")
-    phase = status.get("phase")
-    if not node or not (phase == Phase.BOUND or (phase == Phase.LOST and status.get("reservedFor"))):
+    if not claim_holds_gpus(claim):
         return None
+    status = claim.get("status") or {}
+    node = str(status["nodeName"])
     spec = claim.get("spec") or {}
     count = spec.get("count")
     if not isinstance(count, int) or count <= 0:

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuclaimctl.model.api import Phase
 from gpuclaimctl.model.snapshot import ClaimState
 
 ALL_CLASSES = "*"
@@ -61,9 +60,7 @@ class BudgetInfo:
 def counts_against_budget(state: ClaimState) -> bool:
     """A claim that holds GPUs on a node: Bound (a Retain claim with no pod
     too), or Lost while a pod still reserves it (as capacity counts it)."""
-    if not state.node_name:
-        return False
-    return state.phase is Phase.BOUND or (state.phase is Phase.LOST and bool(state.reserved_for))
+    return state.holds_gpus
 
 
 @dataclass(frozen=True)

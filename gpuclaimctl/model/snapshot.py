@@ -140,6 +140,22 @@ class Rejection:
     reason: str = ""
 
 
+def holds_gpus(phase: object, node_name: object, reserved: bool) -> bool:
+    """THE rule for "this claim holds GPUs on a node" (one home: placement's
+    usage, budgets, class status and metrics all count by it). Bound on a
+    node (a Retain claim with no pod too); or Lost while a pod still
+    reserves it: its node went NotReady, but the pod may still run there
+    and use them when it comes back (until the pod is gone and its
+    reservation dropped, counting them is the only safe guess)."""
+    return bool(node_name) and (phase == Phase.BOUND or (phase == Phase.LOST and reserved))
+
+
+def claim_holds_gpus(claim: Mapping[str, Any]) -> bool:
+    """`holds_gpus` of a GPUClaim as the API serves it."""
+    status = claim.get("status") or {}
+    return holds_gpus(status.get("phase"), status.get("nodeName"), bool(status.get("reservedFor")))
+
+
 @dataclass(frozen=True)
 class ClaimState:
     """A claim of the set as the informer shows it. A claim with an in-flight
@@ -165,6 +181,10 @@ class ClaimState:
     @property
     def bound(self) -> bool:
         return self.phase is Phase.BOUND and bool(self.node_name)
+
+    @property
+    def holds_gpus(self) -> bool:
+        return holds_gpus(self.phase, self.node_name, bool(self.reserved_for))
 
     def held_resource(self, classes: Mapping[str, ClassInfo]) -> str:
         """The resource the claim counts under on its node if it stays

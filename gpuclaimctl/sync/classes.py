@@ -14,9 +14,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuclaimctl.model import api
 from gpuclaimctl.model.resources import QUANTITY_MAX
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, claim_holds_gpus
 from gpuclaimctl.state import indexes
 from gpuclaimctl.sync.context import SyncContext
 
@@ -31,7 +30,7 @@ def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
     bound = 0
     for c in claims:
         count = (c.get("spec") or {}).get("count")
-        if (c.get("status") or {}).get("phase") == api.Phase.BOUND and isinstance(count, int):
+        if claim_holds_gpus(c) and isinstance(count, int):
             bound += count
     # The CRD's status fields are int64: a sum past it (two nodes reporting
     # "9223372036854775807", say) is refused with 422 on every retry, for ever.

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model.api import Strategy
+from gpuclaimctl.model.keys import Kind, WorkKey
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
 from gpuclaimctl.state.view import Change, ClusterView
@@ -29,13 +30,14 @@ from informers import (
 )
 from metrics.controller import ControllerMetrics
 
-# The queue's key kinds: `pod:ns/name`, `claim:ns/name`, `class:name`,
-# `budget:ns/name`, and the one `audit:inflight` (sync.claims.audit_inflight).
-POD = "pod:"
-CLAIM = "claim:"
-CLASS = "class:"
-BUDGET = "budget:"
-AUDIT_INFLIGHT = "audit:inflight"
+# The queue's key kinds, as prefixes of the spelled key (model.keys.WorkKey:
+# `pod:ns/name`, `claim:ns/name`, `class:name`, `budget:ns/name`, and the one
+# `audit:inflight`, sync.claims.audit_inflight). Parsed only by WorkKey.
+POD = f"{Kind.POD}:"
+CLAIM = f"{Kind.CLAIM}:"
+CLASS = f"{Kind.CLASS}:"
+BUDGET = f"{Kind.BUDGET}:"
+AUDIT_INFLIGHT = str(WorkKey(Kind.AUDIT, "inflight"))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.snapshot import claim_holds_gpus
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated, template_owner_uid
 from gpuclaimctl.model.resources import parse_quantity
@@ -201,7 +202,7 @@ class Handlers:
         own = made is not None and made["metadata"].get("uid") == claim["metadata"].get("uid") \
             and owner in self.ctx.memories.placing
         self._enqueue_pods_of_claim(claim, but=owner if own else "")
-        if _holds_gpus(claim):
+        if claim_holds_gpus(claim):
             self.enqueue_class(_class_of(claim))
             self.enqueue_budgets(claim["metadata"].get("namespace", ""))
 
@@ -224,7 +225,7 @@ class Handlers:
             own = placed is not None and placed.pod.uid in self.ctx.memories.placing \
                 and placed.answered_with(parse_rv(new["metadata"].get("resourceVersion")))
             self._enqueue_pods_of_claim(new, but=placed.pod.uid if own and placed else "")
-        if _holds_gpus(old) != _holds_gpus(new) or _class_of(old) != _class_of(new):
+        if claim_holds_gpus(old) != claim_holds_gpus(new) or _class_of(old) != _class_of(new):
             self.enqueue_class(_class_of(old))
             self.enqueue_class(_class_of(new))
             self.enqueue_budgets(new["metadata"].get("namespace", ""))
@@ -236,7 +237,7 @@ class Handlers:
         self.ctx.memories.made_claims.pop(keys.key_of(claim))
         self.woke_by(lambda: self.view.delete_claim(claim))
         self._enqueue_pods_of_claim(claim)
-        if _holds_gpus(claim):
+        if claim_holds_gpus(claim):
             self.enqueue_class(_class_of(claim))
             self.enqueue_budgets(claim["metadata"].get("namespace", ""))
 
@@ -450,11 +451,6 @@ def _more(a: Any, b: Any) -> bool:
 
 def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
     return all(free.get(r, 0) >= n for r, n in need.items())
-
-
-def _holds_gpus(claim: Obj) -> bool:
-    status = claim.get("status") or {}
-    return status.get("phase") == api.Phase.BOUND and bool(status.get("nodeName"))
 
 
 def _says_waiting(claim: Obj | None) -> bool:

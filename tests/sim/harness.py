@@ -385,7 +385,10 @@ class Sim:
             cls = key[1]
             covers: Callable[[str], bool] = (lambda c: True) if cls == "*" else (lambda c: c == cls)
             flying = sum(e.count for e in ctl.view.inflight if e.namespace == NS and covers(e.class_name))
-            self.ceilings[key] = max(gpus, self.held_in_namespace(covers) + flying)
+            # A process still in its start wait decides nothing, and what the
+            # dead one sent (in no in-flight map) may still land: no lower.
+            floor = self.ceilings.get(key, 0) if ctl.decides_from is not None else 0
+            self.ceilings[key] = max(gpus, self.held_in_namespace(covers) + flying, floor)
         for key in set(self.ceilings) - set(seen):
             del self.ceilings[key]
         self._limits_seen = seen
@@ -540,6 +543,7 @@ class Sim:
         server deadline and a margin: app.EARLIER_WRITES_WINDOW); it decides
         nothing until then, and lists claims once more."""
         self.fake.clear_faults()
+        before = dict(self.ceilings) if not takeover else {}
         if takeover:
             self.land_late_writes(all_now=True)
         else:
@@ -561,9 +565,14 @@ class Sim:
             new.start(wait=self.restart_wait)
         self.ctl = new
         # Budgets bind the new process as its cache shows them (a lagging
-        # standby may not show one yet; see README "Budgets").
+        # standby may not show one yet; see docs/design.md §4a). What the
+        # dead process decided may still land during a new process's start
+        # wait: its ceilings stand until then.
         self._limits_seen = {}
         self.budgets_seen(new)
+        for key, ceiling in before.items():
+            if key in self.ceilings:
+                self.ceilings[key] = max(self.ceilings[key], ceiling)
 
     # -- users and other components ----------------------------------------------------------
 
@@ -859,6 +868,7 @@ class Sim:
         # held and in flight then, that (a bind decided before it sees the
         # change may land after it; nothing decided after it may add).
         seen_nodes = self.ctl.view.cluster().nodes
+        waiting = self.ctl.decides_from is not None
         flying: dict[tuple[str, str], int] = {}
         for e in self.ctl.view.inflight:
             flying[(e.node, e.resource)] = flying.get((e.node, e.resource), 0) + e.count
@@ -869,8 +879,13 @@ class Sim:
             seen = info.allocatable.get(resource, 0) if info is not None else 0
             now_held = held_at.get(key, 0)
             if self._alloc_seen.get(key) != seen or key not in self.node_ceilings:
-                self.node_ceilings[key] = max(seen, now_held + flying.get(key, 0))
+                self.node_ceilings[key] = max(seen, now_held + flying.get(key, 0),
+                                              self.node_ceilings.get(key, 0) if waiting else 0)
                 self._alloc_seen[key] = seen
+            elif waiting:
+                # What the dead process sent may still land: nothing is
+                # decided meanwhile, and its writes are in no in-flight map.
+                self.node_ceilings[key] = max(seen, self.node_ceilings[key])
             else:
                 self.node_ceilings[key] = max(seen, min(self.node_ceilings[key],
                                                         now_held + flying.get(key, 0)))
