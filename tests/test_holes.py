@@ -217,3 +217,32 @@ def test_a_set_larger_than_any_node_is_unsatisfiable_until_a_large_enough_node_a
     assert f"pod:{NS}/big" in s.ctl.queue.ready
     s.sync(f"pod:{NS}/big")
     assert not s.gated("big")
+
+
+def test_a_claim_kept_by_its_in_flight_entry_stays_counted_while_its_bind_is_written_again() -> None:
+    """Simulation seed 3203: p's first bind of a shared claim is refused
+    (409) at its finalizer; the next sync keeps the claim where that entry
+    counts it and writes the bind again; meanwhile the claim's own sync
+    reads it live (still at the old version: the refused write did not
+    land) and settled the entry away. The new bind then landed counted
+    nowhere until the informer showed it: n0's 4 GPUs were free for
+    another pod."""
+    s = Story(nodes=(4,))
+    s.claim("shared", 4)
+    s.pod("p", [{"name": "g", "claim": "shared"}])
+    s.pod("q", [{"name": "g", "className": "alpha", "count": 4}])
+    s.see_all()
+    s.fake.inject("update_claim", ApiError(409, "Conflict", "the object has been modified"), landed=False)
+    s.sync(f"pod:{NS}/p")
+    assert s.gated("p")
+
+    def meanwhile() -> None:
+        s.sync(f"claim:{NS}/shared")   # a live read: the refused write did not land
+        s.sync(f"pod:{NS}/q")          # must not take n0's GPUs
+    s.at_write("update_claim", meanwhile)
+    s.sync(f"pod:{NS}/p")
+    s.check_always("after the second bind")
+    assert s.bound_on("n0") <= 4
+    assert s.gated("q")
+    s.drain()
+    s.check_quiet()

@@ -171,6 +171,18 @@ class InFlightPlacements:
                                             name=name, added_at=added_at, answered=True)
         self._end_if_seen(claim_uid)
 
+    def resend(self, claim_uid: str, base: str) -> None:
+        """A decision keeps the claim where its entry counts it and writes
+        the bind again, computed from `base`: the entry is on the wire once
+        more, and ends only by that write's fate. (Left settling, a live
+        read of the claim before the new write lands would end it, and the
+        GPUs the new write takes would count nowhere until the informer
+        shows them: simulation seed 3203.) An earlier lost answer's
+        `lost_at` stays: that write may land yet."""
+        entry = self._entries.get(claim_uid)
+        if entry is not None:
+            self._entries[claim_uid] = replace(entry, state=WriteState.SENDING, base=parse_rv(base))
+
     def written(self, claim_uid: str, rv: str) -> None:
         """The write was answered with resourceVersion `rv`."""
         entry = self._entries.get(claim_uid)

@@ -416,6 +416,10 @@ class Decider:
     def budget_use(self, namespace: str) -> BudgetUse:
         return self._view.budget_use(namespace)
 
+    def resend(self, claim_uid: str, base: str) -> None:
+        """A kept claim's entry is written again from `base` (InFlightPlacements.resend)."""
+        self._view.inflight.resend(claim_uid, base)
+
     def record(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
                base: str, *, namespace: str = "", class_name: str = "", name: str = "") -> None:
         """Count a placement just decided, until its write is seen back

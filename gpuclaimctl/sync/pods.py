@@ -53,7 +53,7 @@ import orjson
 
 from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound, surely_not_written
 from gpuclaimctl.decide import podplan
-from gpuclaimctl.decide.placement import Placed, Waiting, decide
+from gpuclaimctl.decide.placement import Action, Placed, Waiting, decide
 from gpuclaimctl.decide.podplan import Found, Outdated, ToCreate
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo
@@ -74,6 +74,7 @@ from gpuclaimctl.model.snapshot import (
 from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.inflight import InFlight, may_still_land_for, parse_rv
+from gpuclaimctl.state.view import Decider
 from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
@@ -265,7 +266,20 @@ def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
                      claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
                      class_name=str((claim.get("spec") or {}).get("className") or ""),
                      name=a.claim)
+        _resend_kept(d, read.pod, read.raw, decision)
         return _Verdict(decision, states, _Step.PLACE, now)
+
+
+def _resend_kept(d: Decider, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed) -> None:
+    """A claim kept where an earlier write of ours put it (its in-flight
+    entry: the cache does not show that bind) is written again: its entry
+    goes back on the wire from the version read, so it ends only by this
+    write's fate (InFlightPlacements.resend)."""
+    for a in decision.claims:
+        if a.action is Action.KEEP and d.in_flight(a.uid) is not None:
+            claim = raw[a.claim]
+            if not podplan.bound_as_planned(claim, pod, a.node, a.resource):
+                d.resend(a.uid, str(claim["metadata"].get("resourceVersion", "")))
 
 
 def _apply(ctx: SyncContext, read: _SetRead, verdict: _Verdict) -> None:
