@@ -4,9 +4,10 @@ One seeded run of the real `gpuclaimctl run` process (a subprocess, as an
 operator starts it) against the test plane, with everything that makes
 placement hard at once:
 
-- five kwok nodes (8, 8, 4, 4, 2 GPUs of `example.com/gpu`) with a label of
-  their own, and TWO GPUClasses that count that same resource with node
-  selectors that overlap (class a: nodes 0, 1, 2, 4; class b: 1, 2, 3, 4);
+- five kwok nodes (8, 8, 4, 4, 2 GPUs of `example.com/gpu`; nodes 1, 3 and 4
+  also offer 4, 2 and 2 of `example.com/other-gpu`) with a label of their
+  own, and TWO GPUClasses that count `example.com/gpu` with node selectors
+  that overlap (class a: nodes 0, 1, 2, 4; class b: 1, 2, 3, 4);
 - two namespaces of pods asking, in sets of 1-4 entries over both classes,
   for inline claims, template claims (GPUClaimTemplate) and user GPUClaims
   that several gated pods name (one pod at a time may use one; Release and
@@ -20,6 +21,14 @@ placement hard at once:
   placements and continued, so it goes on from caches behind the server;
   one class deleted and recreated (same name, same resourceName) a few
   seconds later; the controller killed with SIGKILL and restarted;
+- the other class's `spec.resourceName` edited to `example.com/other-gpu`
+  mid-run (issue 43), while claims of it are Bound and pods naming them are
+  still synced: each namespace has a Retain claim of that class (`keep`)
+  that a pod holds from the start and, after the edit, pods name in turn
+  (the last one deleted, the next created), so the controller keeps it on
+  its node for each new pod. A claim that stays keeps the resource it was
+  bound with (DESIGN §4); one that binds or moves takes the new one, which
+  only three nodes offer;
 - GPU budgets tighter than capacity (issue 13), in the same run: both
   namespaces have GPUBudgets, with limits per class and for all classes
   ("*"), the first namespace two of them (each must allow a placement);
@@ -34,25 +43,34 @@ placement hard at once:
 
 A sampler thread lists every GPUClaim of the cluster (and the nodes) over
 and over for the whole run and checks I1 on each list (one list is one
-resourceVersion, so one consistent state), and on the same list that the
-GPUs held in each namespace (claims Bound, or Lost and still reserved) of
-the classes a limit covers never pass the limit (the budgets never change
-during the run, so the test knows them). Once the run has settled (no
-claim's phase, node or reservations and no pod's gate, node or phase
-changed for QUIET seconds, bounded by QUIET_MAX) it checks I2, I4 and a few
-cleanup rules of DESIGN §2/§5 on a fresh list, that every gated pod waiting
-on Budget or Capacity waits for a true reason, that each budget's
-status.used is what its namespace holds, and that the controller went
-idle within the same bound: nothing of ours written for QUIET seconds (one
-that keeps rewriting conditions forever is in a loop, not working off a
-backlog). The `check_*` functions are pure, so that
-`test_each_check_trips_on_a_hand_made_violation` and
+resourceVersion, so one consistent state): per node and resource, each
+claim that holds GPUs counted under the resource recorded at its bind
+(`status.resourceName`; the class's, as the test knew it when the sampler
+first saw the claim hold GPUs, only for a claim that records none). Between
+two lists it checks that a claim which cannot have let go in between
+(Retain, or reserved for the same pod in both) still holds the resource it
+held, and counts the keeps after the edit (a claim bound before it,
+still on its node, reserved for a pod it was not reserved for then; the
+run fails if there was none: the edit tested nothing). On the same list it
+checks that the GPUs held in each namespace (claims Bound, or Lost and
+still reserved) of the classes a limit covers never pass the limit (the
+budgets never change during the run, so the test knows them). Once the
+run has settled (no claim's phase, node or reservations and no pod's
+gate, node or phase changed for QUIET seconds, bounded by QUIET_MAX) it
+checks I2, I4 and a few cleanup rules of DESIGN §2/§5 on a fresh list,
+that every gated pod waiting on Budget or Capacity waits for a true
+reason, that each budget's status.used is what its namespace holds, and
+that the controller went idle within the same bound: nothing of ours
+written for QUIET seconds (one that keeps rewriting conditions forever is
+in a loop, not working off a backlog). The `check_*` functions are pure,
+so that `test_each_check_trips_on_a_hand_made_violation` and
 `test_each_budget_check_trips_on_a_hand_made_violation` show every one can
 fail.
 
-The seed fixes the workload (sets, names, when the class goes and the
-controller dies); the interleaving with the controller is the machine's.
-It is printed and taken from GPUCLAIMCTL_STRESS_SEED when set:
+The seed fixes the workload (sets, names, when the class goes, when the
+other is edited and the controller dies); the interleaving with the
+controller is the machine's. It is printed and taken from
+GPUCLAIMCTL_STRESS_SEED when set:
 
     GPUCLAIMCTL_STRESS_SEED=1234 .venv/bin/pytest -x -q -p no:cacheprovider -s tests/test_stress.py
 """
@@ -60,6 +78,7 @@ It is printed and taken from GPUCLAIMCTL_STRESS_SEED when set:
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -75,6 +94,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -90,17 +110,25 @@ from tests.helpers import NOT_READY_TAINTS, die_with_parent, free_port, wait_for
 REPO = Path(__file__).resolve().parent.parent
 SEED_ENV = "GPUCLAIMCTL_STRESS_SEED"
 RESOURCE = "example.com/gpu"
+# What one class's resourceName is edited to mid-run (issue 43).
+RESOURCE2 = "example.com/other-gpu"
 GROUP_PATH = f"/apis/{api.GROUP}/{api.VERSION}"
 LABEL_KEY = "stress.gpuclaimctl.io/run"
 POOL_A, POOL_B = "stress.gpuclaimctl.io/pool-a", "stress.gpuclaimctl.io/pool-b"
 
-# (node prefix, GPUs, offers class a, offers class b): the selectors overlap
-# on nodes 1, 2 and 4, the only ones where a set over both classes can go.
-NODES = (("st0", 8, True, False), ("st1", 8, True, True), ("st2", 4, True, True),
-         ("st3", 4, False, True), ("st4", 2, True, True))
+# (node prefix, GPUs, offers class a, offers class b, GPUs of RESOURCE2): the
+# selectors overlap on nodes 1, 2 and 4, the only ones where a set over both
+# classes can go. After the edit the edited class has 6 or 8 GPUs on two or
+# three nodes: nodes fill, and a claim bound before it on a node without
+# RESOURCE2 may stay there, but nothing of its class binds there after it.
+NODES = (("st0", 8, True, False, 0), ("st1", 8, True, True, 4), ("st2", 4, True, True, 0),
+         ("st3", 4, False, True, 2), ("st4", 2, True, True, 2))
 # Per namespace: user claims several pods name, (class key, count, policy).
 USER_CLAIMS = {"u0": ("a", 1, "Release"), "u1": ("b", 2, "Release"),
                "u2": ("a", 1, "Retain"), "u3": ("b", 1, "Retain")}
+# Per namespace: a Retain claim of the edited class (1 GPU) that only the
+# keep chain names, one pod at a time.
+KEEP_CLAIM = "keep"
 # Per namespace: templates, (class key, count).
 TEMPLATES = {"ta1": ("a", 1), "ta2": ("a", 2), "tb1": ("b", 1), "tb2": ("b", 2)}
 MAX_SET = 8  # GPUs in one set: the biggest node
@@ -113,6 +141,11 @@ ALL_CLASSES = "*"
 INITIAL_PODS = 44
 JOBS = 2  # in the first namespace, 2 completions each, one pod at a time
 CHURN_UNTIL = 24.0  # seconds after the workload starts
+# The class edit comes after the first placements and the other class's
+# delete (4-8 s), before or around the SIGKILL (12-17 s); the keep claims
+# are passed on to a new pod 0.5-1.5 s after it and then every 2.5-3.5 s
+# until 2 s before the churn ends: up to 4-5 keeps per namespace.
+EDIT_FROM, EDIT_TO = 8.5, 11.0
 # Settling takes ~5 s after the churn with a controller in good health on
 # this machine; QUIET_MAX leaves a slow one room and keeps the run < 120 s.
 QUIET, QUIET_MAX = 4.0, 45.0
@@ -157,12 +190,24 @@ def allocatable_of(nodes: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], 
     return out
 
 
+def held_resource(c: Mapping[str, Any], resource_at_bind: Callable[[Mapping[str, Any]], str]) -> str:
+    """The resource a claim that holds GPUs counts under: the one recorded at
+    its bind (`status.resourceName`), which it keeps while it stays bound
+    whatever its class says now (DESIGN §4); `resource_at_bind(claim)` only
+    for a claim that records none."""
+    return str(_status(c).get("resourceName") or resource_at_bind(c))
+
+
 def check_i1(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[tuple[str, str], int],
-             resource_of: Callable[[str], str]) -> list[Overcommit]:
+             resource_at_bind: Callable[[Mapping[str, Any]], str]) -> list[Overcommit]:
     """I1: per node (of ours) and resource, the GPUs claims hold <= allocatable.
 
-    `resource_of(className)` is the class's resourceName as the test defined
-    it, not as the API shows it now: deleting a class changes nothing here.
+    Each claim counts under `held_resource`: what the API says it holds, not
+    what its class says now (an edited class changes nothing a bound claim
+    holds). `resource_at_bind(claim)`, asked only for a claim whose status
+    records no resource, is its class's resourceName as the test knew it
+    when the claim was bound, not as the API shows it now: deleting or
+    editing a class changes nothing here either.
     """
     nodes = {n for n, _ in allocatable}
     used: dict[tuple[str, str], int] = defaultdict(int)
@@ -171,12 +216,13 @@ def check_i1(claims: Iterable[Mapping[str, Any]], allocatable: Mapping[tuple[str
         node = _status(c).get("nodeName")
         if node not in nodes or not holds_gpus(c):
             continue
-        key = (str(node), resource_of(str((c.get("spec") or {}).get("className"))))
+        key = (str(node), held_resource(c, resource_at_bind))
         count = int((c.get("spec") or {}).get("count") or 0)
         used[key] += count
         pods = ",".join(str(r.get("name")) for r in _reserved(c)) or "-"
+        unrecorded = "" if _status(c).get("resourceName") else ", resource unrecorded"
         who[key].append(f"{_cid(c)}={count}({_status(c).get('phase')}, class "
-                        f"{(c.get('spec') or {}).get('className')}, uid "
+                        f"{(c.get('spec') or {}).get('className')}{unrecorded}, uid "
                         f"{str(_meta(c).get('uid'))[:8]}, for {pods})")
     out = []
     for key, n in sorted(used.items()):
@@ -200,6 +246,49 @@ class Overcommit(str):
                                     f"{'; '.join(claims)}")
         self.node, self.resource, self.over = node, resource, held - allocatable
         return self
+
+
+# What one list shows of a claim that holds GPUs: (node, status.resourceName
+# or "", reclaimPolicy, uids of the pods reserving it).
+Held = tuple[str, str, str, frozenset[str]]
+
+
+def held_by_uid(claims: Iterable[Mapping[str, Any]]) -> dict[str, Held]:
+    """claim uid -> what it holds, for the claims that hold GPUs (holds_gpus)."""
+    return {str(_meta(c).get("uid")): (str(_status(c).get("nodeName")),
+                                       str(_status(c).get("resourceName") or ""),
+                                       str((c.get("spec") or {}).get("reclaimPolicy") or "Release"),
+                                       frozenset(str(r.get("uid")) for r in _reserved(c)))
+            for c in claims if holds_gpus(c)}
+
+
+def check_resource_kept(before: Mapping[str, Held], claims: Iterable[Mapping[str, Any]]) -> list[str]:
+    """DESIGN §4: a bound claim keeps the resource it was bound with for as
+    long as it holds GPUs. `before` is `held_by_uid` of the previous list.
+
+    A claim that holds GPUs on the same node in both lists and recorded a
+    resource in both must record the same one, if it cannot have let go in
+    between: a Retain claim (it lets go only by moving, and a move there and
+    back between two lists is two decisions of the set) or one reserved for
+    the same pod in both (a Release claim lets go only when its pod goes). A
+    Release claim whose pod went may have been released and bound anew in
+    between, under its class's new resource, and is not judged; nor is one
+    that recorded no resource before (the claim sync records one)."""
+    def short(uids: frozenset[str]) -> list[str] | str:
+        return sorted(u[:8] for u in uids) or "-"
+
+    by_uid = {str(_meta(c).get("uid")): c for c in claims}
+    out = []
+    for uid, (node, resource, policy, pods) in held_by_uid(by_uid.values()).items():
+        was = before.get(uid)
+        if was is None or was[0] != node or not was[1] or not resource or was[1] == resource:
+            continue
+        if policy == "Retain" or was[3] & pods:
+            c = by_uid[uid]
+            out.append(f"claim {_cid(c)} ({policy}, class {(c.get('spec') or {}).get('className')}, "
+                       f"uid {uid[:8]}) held {was[1]} on {node} for pods {short(was[3])} and now "
+                       f"holds {resource} there for pods {short(pods)}: rewritten while bound")
+    return out
 
 
 # (namespace, budget, className or "*", GPUs): one limit, as the test defined it.
@@ -438,11 +527,14 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
       while that has room for the rest, and moves as a whole to a node with
       room for all of it when the anchor has not (issue 10, item 7);
     - a candidate node is usable (Ready, schedulable, not tainted
-      not-ready), has every needed class's resource, matches every needed
-      class's nodeSelector, and is not in any claim's unexpired
-      rejectedNodes;
+      not-ready), matches the nodeSelector of every class the set needs,
+      has the class's resource (as the class says now) of every claim not
+      held there, and is not in any claim's unexpired rejectedNodes; a
+      claim held there stays, with the resource it holds, whether or not
+      the node offers its class's resource now (DESIGN §4);
     - free(node, resource) = allocatable - GPUs held there (holds_gpus,
-      every claim listed, all namespaces).
+      every claim listed, all namespaces), each claim under the resource
+      its status records (its class's for one that records none).
     It fails when, on some candidate node, the GPUs the set still needs
     there, per resource, all fit in what is free.
     """
@@ -452,8 +544,9 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
     held: dict[tuple[str, str], int] = defaultdict(int)
     for h in claims:
         if holds_gpus(h):
-            res = (classes.get(str((h.get("spec") or {}).get("className"))) or {}).get("resource", RESOURCE)
-            held[(str(_status(h)["nodeName"]), str(res))] += int((h.get("spec") or {}).get("count") or 0)
+            res = held_resource(h, lambda c: (classes.get(str((c.get("spec") or {}).get("className")))
+                                              or {}).get("resource", RESOURCE))
+            held[(str(_status(h)["nodeName"]), res)] += int((h.get("spec") or {}).get("count") or 0)
     nodes = [n for n in nodes if node_usable(n)]
     limits = list(limits)
     held_ns = held_per_class(claims)
@@ -466,10 +559,9 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             entries = json.loads((_meta(p).get("annotations") or {}).get(api.CLAIMS_ANNOTATION) or "")
         except ValueError:
             continue
-        # (resource, count, node it holds GPUs on or None), per claim of the set
-        parts: list[tuple[str, int, str | None]] = []
+        # (class, its resource, count, node it holds GPUs on or None), per claim of the set
+        parts: list[tuple[str, str, int, str | None]] = []
         asks: list[tuple[str, int]] = []  # (class, GPUs) of the claims that hold nothing yet
-        needed_classes: set[str] = set()
         rejected: set[str] = set()
         legit = ""
         for e in entries:
@@ -498,9 +590,8 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             if cls is None or cls.get("deleting"):
                 legit = legit or f"class {spec.get('className')} missing or deleting"
                 continue
-            needed_classes.add(str(spec.get("className")))
             on = str(_status(c)["nodeName"]) if c is not None and holds_gpus(c) else None
-            parts.append((str(cls["resource"]), int(spec.get("count") or 0), on))
+            parts.append((str(spec.get("className")), str(cls["resource"]), int(spec.get("count") or 0), on))
             if on is None:
                 asks.append((str(spec.get("className")), int(spec.get("count") or 0)))
         if not legit and limits:
@@ -512,16 +603,16 @@ def check_gated_pods(claims: Iterable[Mapping[str, Any]], pods: Iterable[Mapping
             labels = _meta(n).get("labels") or {}
             if node in rejected:
                 continue
-            if not all(all(labels.get(k) == v for k, v in (classes[k2].get("selector") or {}).items())
-                       and (node, classes[k2]["resource"]) in alloc for k2 in needed_classes):
+            if not all(all(labels.get(k) == v for k, v in (classes[cls_name].get("selector") or {}).items())
+                       and (on == node or (node, res) in alloc) for cls_name, res, _, on in parts):
                 continue
             need: dict[str, int] = defaultdict(int)
-            for res, count, on in parts:
+            for _, res, count, on in parts:
                 if on != node:
                     need[res] += count
             free = {res: alloc.get((node, res), 0) - held[(node, res)] for res in need}
             if all(k <= free[res] for res, k in need.items()):
-                anchors = sorted({on for _, _, on in parts if on})
+                anchors = sorted({on for _, _, _, on in parts if on})
                 out.append(f"gated pod {ns}/{pod} fits on node {node}: needs {dict(need)} more "
                            f"there, free {free}" + (f" (its bound claims are on {anchors})" if anchors else ""))
                 break
@@ -750,6 +841,20 @@ def _seed() -> int:
     return int(text) if text else random.SystemRandom().randrange(1, 10**6)
 
 
+@dataclass(frozen=True)
+class ClassEdit:
+    """A class's resourceName edited mid-run, and what it hit."""
+
+    at: float  # run time of the edit
+    class_name: str
+    old: str
+    new: str
+    # claim uid -> (namespace/name, node, status.resourceName, uids of the
+    # pods reserving it) for every claim of the class that held GPUs just
+    # before the edit
+    bound: Mapping[str, tuple[str, str, str, frozenset[str]]]
+
+
 class Run:
     """The workload: its objects, its clock, its timeline."""
 
@@ -757,6 +862,11 @@ class Run:
                  rng: random.Random) -> None:
         self.api, self.namespaces, self.tag, self.rng = api_client, namespaces, tag, rng
         self.classes = {"a": f"stress-a-{tag}", "b": f"stress-b-{tag}"}
+        # class key -> its resourceName as the test last set it
+        self.resources = {"a": RESOURCE, "b": RESOURCE}
+        self.edit: ClassEdit | None = None
+        # namespace -> the last pod of the keep chain (it names KEEP_CLAIM alone)
+        self.keep_holders: dict[str, str] = {}
         self.label = {LABEL_KEY: tag}
         self.t0 = time.monotonic()
         self.timeline: list[tuple[float, str]] = []
@@ -773,6 +883,11 @@ class Run:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    def short(self, cid: str) -> str:
+        """namespace/name with the namespace as the report calls it (ns-a, ns-b)."""
+        ns, _, name = cid.partition("/")
+        return f"{('ns-a', 'ns-b')[self.namespaces.index(ns)] if ns in self.namespaces else ns}/{name}"
+
     def event(self, what: str) -> None:
         """Record a step; the UTC time matches it with the controller's log."""
         wall = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3]
@@ -784,13 +899,62 @@ class Run:
         pool = POOL_A if key == "a" else POOL_B
         return {"apiVersion": api.API_VERSION, "kind": api.CLASS_KIND,
                 "metadata": {"name": self.classes[key]},
-                "spec": {"resourceName": RESOURCE, "nodeSelector": {**self.label, pool: "true"}}}
+                "spec": {"resourceName": self.resources[key], "nodeSelector": {**self.label, pool: "true"}}}
 
     def create_class(self, key: str) -> None:
         kube.request(self.api, "POST", f"{GROUP_PATH}/gpuclasses", body=self.class_body(key))
 
     def delete_class(self, key: str) -> None:
         kube.request(self.api, "DELETE", f"{GROUP_PATH}/gpuclasses/{self.classes[key]}")
+
+    def resource_of(self, class_name: str) -> str:
+        """A class's resourceName as the test last set it."""
+        return next((self.resources[k] for k, n in self.classes.items() if n == class_name), RESOURCE)
+
+    def edit_class(self, key: str, resource: str) -> ClassEdit:
+        """Edit the class's spec.resourceName; what held GPUs of it just before."""
+        name = self.classes[key]
+        bound = {str(_meta(c)["uid"]): (_cid(c), str(_status(c)["nodeName"]),
+                                         str(_status(c).get("resourceName") or ""),
+                                         frozenset(str(r.get("uid")) for r in _reserved(c)))
+                 for c in self.claims() if (c.get("spec") or {}).get("className") == name and holds_gpus(c)}
+        kube.request(self.api, "PATCH", f"{GROUP_PATH}/gpuclasses/{name}",
+                     content_type="application/merge-patch+json", body={"spec": {"resourceName": resource}})
+        old, self.resources[key] = self.resources[key], resource
+        self.edit = ClassEdit(self.now(), name, old, resource, bound)
+        return self.edit
+
+    def keep_pod(self, ns: str) -> tuple[str, Obj]:
+        """(namespace, manifest) of a new bare pod naming the keep claim alone."""
+        self.seq += 1
+        return ns, {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"s{self.seq:03d}", "labels": {"stress": "pod"}, "annotations": {
+                        api.CLAIMS_ANNOTATION: json.dumps([{"name": "k", "claim": KEEP_CLAIM}])}},
+                    "spec": self.pod_spec()}
+
+    def pass_keep_claims(self) -> list[str]:
+        """In each namespace, the keep chain's pod, once released, is deleted
+        and the next one created (one whose predecessor still waits is left
+        to be kept later). Returns the new pods' names."""
+        out = []
+        for ns in self.namespaces:
+            holder = self.keep_holders.get(ns)
+            if holder:
+                try:
+                    pod = kube.request_json(self.api, "GET", f"/api/v1/namespaces/{ns}/pods/{holder}")
+                    if gated(pod):
+                        continue
+                    kube.request(self.api, "DELETE", f"/api/v1/namespaces/{ns}/pods/{holder}",
+                                 body={"gracePeriodSeconds": 0})
+                    self.deleted.append((ns, holder))
+                except kube.ApiError as e:
+                    if e.status != 404:  # the churn deleted it
+                        raise
+            ns, manifest = self.keep_pod(ns)
+            self.create_pod(ns, manifest)
+            self.keep_holders[ns] = manifest["metadata"]["name"]
+            out.append(self.short(f"{ns}/{manifest['metadata']['name']}"))
+        return out
 
     def setup_namespace(self, ns: str) -> None:
         for name, (key, count, policy) in USER_CLAIMS.items():
@@ -806,6 +970,11 @@ class Run:
                 "apiVersion": api.API_VERSION, "kind": "GPUBudget", "metadata": {"name": name},
                 "spec": {"limits": [{"className": self.classes.get(key, key), "gpus": gpus}
                                     for key, gpus in limits.items()]}})
+
+    def create_keep_claim(self, ns: str, key: str) -> None:
+        kube.request(self.api, "POST", f"{GROUP_PATH}/namespaces/{ns}/gpuclaims", body={
+            "apiVersion": api.API_VERSION, "kind": api.CLAIM_KIND, "metadata": {"name": KEEP_CLAIM},
+            "spec": {"className": self.classes[key], "count": 1, "reclaimPolicy": "Retain"}})
 
     def limits(self) -> list[Limit]:
         """Every limit of every budget, as created (they never change)."""
@@ -944,13 +1113,17 @@ class Run:
 
 class Sampler(threading.Thread):
     """Lists every claim and our nodes over and over; checks I1 and the
-    budgets' limits on each list."""
+    budgets' limits on each list, and that bound claims keep their resource
+    from one list to the next; counts what the class edit hit."""
 
     def __init__(self, kubeconfig: str, run: Run) -> None:
         super().__init__(daemon=True, name="i1-sampler")
         self.api = config.new_client_from_config(config_file=kubeconfig)
         self.run_ = run
-        self.resource_of = {name: RESOURCE for name in run.classes.values()}
+        # (claim uid, node) -> its class's resource as the test knew it when
+        # this sampler first saw the claim hold GPUs there (I1's fallback for
+        # a claim that records none), for the claims of the last list that do
+        self.bound_with: dict[tuple[str, str], str] = {}
         self.stop = threading.Event()
         self.samples = 0
         self.errors: list[str] = []
@@ -964,6 +1137,42 @@ class Sampler(threading.Thread):
         self.budget_episodes: dict[tuple[str, str, str], list[Any]] = {}
         # (namespace, budget, class) -> the most GPUs held under the limit in one sample
         self.budget_peak: dict[tuple[str, str, str], int] = {}
+        self.held_before: dict[str, Held] = {}  # held_by_uid of the last list
+        self.rewrite_count = 0  # samples where check_resource_kept found something
+        self.rewrites: list[str] = []  # its findings, the first 20
+        # After the class edit: (claim uid, pod uid) -> how a claim that held
+        # GPUs of the class before it was kept on its node, under the same
+        # resource, for a pod it was not reserved for then
+        self.keeps: dict[tuple[str, str], str] = {}
+        self.let_go: set[str] = set()  # claims of ClassEdit.bound seen elsewhere, or not holding
+        self.bound_new: set[str] = set()  # claims of the class seen holding the new resource
+
+    def resource_at_bind(self, claim: Mapping[str, Any]) -> str:
+        key = (str(_meta(claim).get("uid")), str(_status(claim).get("nodeName")))
+        return self.bound_with.get(key) or self.run_.resource_of(str((claim.get("spec") or {}).get("className")))
+
+    def track_edit(self, claims: list[Obj], at: float) -> None:
+        edit = self.run_.edit
+        if edit is None:
+            return
+        by_uid = {str(_meta(c).get("uid")): c for c in claims}
+        for uid, (cid, node, resource, pods) in edit.bound.items():
+            if uid in self.let_go:
+                continue
+            c = by_uid.get(uid)
+            if (c is None or not holds_gpus(c) or _status(c).get("nodeName") != node
+                    or _status(c).get("resourceName") != resource):
+                # Gone, moved, released, or (a Release claim) released and
+                # bound anew between two lists: later pods are not keeps.
+                self.let_go.add(uid)
+                continue
+            for r in _reserved(c):
+                key = (uid, str(r.get("uid")))
+                if key[1] not in pods and key not in self.keeps:
+                    self.keeps[key] = f"t={at:.2f}s {cid} kept on {node} under {resource} for pod {r.get('name')}"
+        self.bound_new.update(uid for uid, c in by_uid.items() if holds_gpus(c)
+                              and (c.get("spec") or {}).get("className") == edit.class_name
+                              and _status(c).get("resourceName") == edit.new)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -980,8 +1189,21 @@ class Sampler(threading.Thread):
             at, phase = self.run_.now(), self.run_.phase
             claims = listed["items"]
             self.seen_bound = max(self.seen_bound, sum(holds_gpus(c) for c in claims))
-            found = check_i1(claims, allocatable_of(nodes),
-                             lambda cls: self.resource_of.get(cls, RESOURCE))
+            bound_with = {}
+            for c in claims:
+                if holds_gpus(c):
+                    where = (str(_meta(c).get("uid")), str(_status(c).get("nodeName")))
+                    bound_with[where] = self.bound_with.get(where) or self.run_.resource_of(
+                        str((c.get("spec") or {}).get("className")))
+            self.bound_with = bound_with
+            rewritten = check_resource_kept(self.held_before, claims)
+            self.held_before = held_by_uid(claims)
+            if rewritten:
+                self.rewrite_count += 1
+                self.rewrites += [f"t={at:.2f}s (list at rv {listed['metadata'].get('resourceVersion')}, "
+                                  f"last test event: {phase}): {r}" for r in rewritten][:20 - len(self.rewrites)]
+            self.track_edit(claims, at)
+            found = check_i1(claims, allocatable_of(nodes), self.resource_at_bind)
             if found:
                 self.violation_count += 1
             for v in found:
@@ -1015,6 +1237,16 @@ class Sampler(threading.Thread):
             out.append(f"node {node} {res}: over in {n} samples from t={first:.2f}s to t={last:.2f}s, "
                        f"by up to {over} GPUs (t={at:.2f}s); first seen {text}")
         return out
+
+    def edit_report(self) -> str:
+        """What the class edit hit, in one line."""
+        edit = self.run_.edit
+        if edit is None:
+            return "the class was never edited"
+        chain = sum(edit.bound[uid][0].endswith(f"/{KEEP_CLAIM}") for uid, _ in self.keeps)
+        return (f"class edited at t={edit.at:.2f}s, {edit.old} -> {edit.new}: {len(edit.bound)} claims of it "
+                f"held GPUs then, {len(self.keeps)} keeps after it ({chain} of the keep claims), "
+                f"{len(self.bound_new)} claims of it seen holding {edit.new}")
 
     def budget_report(self) -> list[str]:
         out = [f"{self.budget_violations} of {self.samples} samples had a namespace over a limit"]
@@ -1063,9 +1295,13 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
     run = Run(api_client, [namespace, second_namespace], tag, rng)
     kubeconfig = str(full_plane.kubeconfig)
 
-    for prefix, gpus, in_a, in_b in NODES:
+    for prefix, gpus, in_a, in_b, gpus2 in NODES:
         labels = {**run.label, **({POOL_A: "true"} if in_a else {}), **({POOL_B: "true"} if in_b else {})}
-        gpu_nodes(prefix, gpus=gpus, labels=labels, resource=RESOURCE)
+        node = gpu_nodes(prefix, gpus=gpus, labels=labels, resource=RESOURCE)
+        if gpus2:  # kwok keeps what a node's status says it has
+            kube.request(api_client, "PATCH", f"/api/v1/nodes/{node['metadata']['name']}/status",
+                         content_type="application/merge-patch+json", body={"status": {
+                             "allocatable": {RESOURCE2: str(gpus2)}, "capacity": {RESOURCE2: str(gpus2)}}})
     for key in run.classes:
         run.create_class(key)
     for ns in run.namespaces:
@@ -1079,7 +1315,16 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
     class_back_at = class_delete_at + rng.uniform(2.0, 4.0)
     kill_at = rng.uniform(12.0, 17.0)
     restart_at = kill_at + rng.uniform(1.0, 3.0)
-    initial = [run.next_pod() for _ in range(INITIAL_PODS)]
+    # The other class is edited (one class both deleted and edited would be
+    # gone when the edit comes): its keep claims are held from the start.
+    edited_class = "b" if gone_class == "a" else "a"
+    edit_at = rng.uniform(EDIT_FROM, EDIT_TO)
+    for ns in run.namespaces:
+        run.create_keep_claim(ns, edited_class)
+    keep_first = [run.keep_pod(ns) for ns in run.namespaces]  # created first: the oldest pods
+    for ns, manifest in keep_first:
+        run.keep_holders[ns] = manifest["metadata"]["name"]
+    initial = keep_first + [run.next_pod() for _ in range(INITIAL_PODS)]
 
     ctl = Controller(kubeconfig, tmp_path / "controller.log")
     sampler = Sampler(kubeconfig, run)
@@ -1088,20 +1333,27 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         sampler.start()
         ctl.start()
         ctl.wait_ready()
+        # Without leader election a process decides nothing until a write of
+        # the one before it could no longer land (cmd.startwait): the run's
+        # clock starts when it leads.
+        wait_for(ctl.leading, timeout=READY_TIMEOUT, interval=0.2,
+                 message="leader_election_master_status 1 without leader election")
         run.t0 = time.monotonic()
         run.event(f"controller ready (pid {ctl.popen.pid if ctl.popen else '?'}); creating the workload")
         with ThreadPoolExecutor(6) as pool:
             list(pool.map(lambda a: run.create_pod(*a), initial))
         for j in range(JOBS):
             run.create_job(namespace, f"job{j}")
-        run.event(f"{INITIAL_PODS} pods and {JOBS} jobs created")
+        run.event(f"{len(initial)} pods ({len(keep_first)} holding the keep claims) and {JOBS} jobs created")
         wait_for(ctl.leading, timeout=READY_TIMEOUT, interval=0.2,
                  message="leader_election_master_status 1 without leader election")
 
         plan = sorted([
             (class_delete_at, "delete-class"), (class_back_at, "recreate-class"),
-            (kill_at, "kill"), (restart_at, "restart"), (freeze_at, "freeze"), (thaw_at, "thaw")])
+            (kill_at, "kill"), (restart_at, "restart"), (freeze_at, "freeze"), (thaw_at, "thaw"),
+            (edit_at, "edit-class")])
         next_churn = 1.0
+        next_pass = math.inf  # the keep claims are passed on after the edit
         while plan or run.now() < CHURN_UNTIL:
             if plan and run.now() >= plan[0][0]:
                 _, action = plan.pop(0)
@@ -1111,6 +1363,12 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                 elif action == "recreate-class":
                     run.create_class(gone_class)
                     run.event(f"GPUClass {run.classes[gone_class]} recreated")
+                elif action == "edit-class":
+                    edit = run.edit_class(edited_class, RESOURCE2)
+                    holders = sorted(f"{run.short(cid)} on {node}" for cid, node, _, _ in edit.bound.values())
+                    run.event(f"GPUClass {edit.class_name} resourceName {edit.old} -> {edit.new}; "
+                              f"{len(holders)} claims of it held GPUs: {', '.join(holders)}")
+                    next_pass = run.now() + rng.uniform(0.5, 1.5)
                 elif action in ("freeze", "thaw"):
                     ctl.freeze(action == "freeze")
                     run.event("controller stopped (SIGSTOP)" if action == "freeze"
@@ -1123,10 +1381,16 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
                     run.event("controller restarted")
                     ctl.wait_ready()
                     run.event("restarted controller ready")
+                    wait_for(ctl.leading, timeout=READY_TIMEOUT, interval=0.2,
+                             message="the restarted controller to decide (its start wait over)")
+                    run.event("restarted controller deciding")
                 continue
             if run.now() >= next_churn and run.now() < CHURN_UNTIL:
                 run.churn()
                 next_churn = run.now() + rng.uniform(1.0, 2.0)
+            if run.now() >= next_pass and run.now() < CHURN_UNTIL - 2.0:
+                run.event(f"keep claims passed on to {', '.join(run.pass_keep_claims()) or 'nobody'}")
+                next_pass = run.now() + rng.uniform(2.5, 3.5)
             time.sleep(0.05)
         run.event(f"churn over: {len(run.created)} pods created ({run.recreated} under the name "
                   f"of a deleted one), {len(run.deleted)} deleted")
@@ -1192,23 +1456,28 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         nodes = run.nodes()
         classes = run.class_infos()
         ours = [c for c in claims if _meta(c).get("namespace") in run.namespaces]
-        resource_of = {name: RESOURCE for name in run.classes.values()}
-
         if sampler.errors:
             failures["sampler"] = sampler.errors[:5]
         if sampler.violation_count:
             failures["I1 (sampled during the run)"] = sampler.report()
         if sampler.budget_violations:
             failures["budgets (sampled during the run)"] = sampler.budget_report()
+        rewritten = sampler.rewrites + check_resource_kept(sampler.held_before, claims)
+        if rewritten:
+            failures["bound claims keep their resource (DESIGN §4)"] = [
+                f"{sampler.rewrite_count} of {sampler.samples} samples (and the final list) had a bound "
+                f"claim's resource rewritten", *rewritten]
         final_budgets = check_budgets_held(claims, run.limits())
         if final_budgets:
             failures["budgets (final list)"] = list(final_budgets)
-        final_i1 = check_i1(claims, allocatable_of(nodes), lambda c: resource_of.get(c, RESOURCE))
+        final_i1 = check_i1(claims, allocatable_of(nodes), sampler.resource_at_bind)
         if final_i1:
             failures["I1 (final list)"] = list(final_i1)
-        if set(classes) != set(run.classes.values()):
-            failures["classes"] = [f"classes at the end: {sorted(classes)}, expected both of "
-                                   f"{sorted(run.classes.values())}"]
+        want_classes = {name: run.resources[key] for key, name in run.classes.items()}
+        got_classes = {name: info["resource"] for name, info in classes.items()}
+        if got_classes != want_classes:
+            failures["classes"] = [f"classes (and their resourceName) at the end: {got_classes}, "
+                                   f"expected {want_classes}"]
         i2, i4 = check_reservations(ours, pods)
         gated_fit = check_gated_pods(claims, pods, nodes, classes, run.template_specs(), time.time(),
                                      run.limits())
@@ -1233,12 +1502,17 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         n_gated = sum(gated(p) for p in pods)
         n_running = sum(not gated(p) and not finished(p) for p in pods)
         n_finished = sum(finished(p) for p in pods)
-        held = sum(int(c["spec"]["count"]) for c in claims if holds_gpus(c)
-                   and _status(c).get("nodeName") in {_meta(n)["name"] for n in nodes})
+        held: Counter[str] = Counter()
+        for c in claims:
+            if holds_gpus(c) and _status(c).get("nodeName") in {_meta(n)["name"] for n in nodes}:
+                held[held_resource(c, sampler.resource_at_bind)] += int(c["spec"]["count"])
+        totals = {RESOURCE: sum(n[1] for n in NODES), RESOURCE2: sum(n[4] for n in NODES)}
+        gpus_held = ", ".join(f"{held[r]}/{total} {r}" for r, total in totals.items())
         summary = (f"seed {seed}: {sampler.samples} samples, {len(run.created)} pods created "
                    f"({run.recreated} under an old name), "
                    f"{len(run.deleted)} deleted; at the end {n_running} released, {n_gated} gated, "
-                   f"{n_finished} finished, {held}/{sum(g for _, g, _, _ in NODES)} GPUs held, "
+                   f"{n_finished} finished, {gpus_held} held, "
+                   f"{sampler.edit_report()}, "
                    f"gated by reason {dict(reasons.most_common())}, "
                    f"budget peaks {budget_peaks(sampler, run)}, "
                    f"{ctl.tracebacks()} tracebacks in the controller log; "
@@ -1266,6 +1540,8 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
         assert n_running > 0 and n_gated > 0, "the run must end with pods released and pods waiting"
         assert any(sampler.budget_peak.get((ns, b, c)) == gpus for ns, b, c, gpus in run.limits()), \
             f"no budget was ever full: the budget run tested nothing ({budget_peaks(sampler, run)})"
+        assert sampler.keeps, f"no claim bound before the class edit was kept after it: the edit tested " \
+                              f"nothing ({sampler.edit_report()})"
     finally:
         ctl.kill()
         for name in run.classes.values():
@@ -1280,7 +1556,7 @@ def test_stress_two_classes_churn_class_recreate_and_kill_9_keep_i1_i2_i4(
 
 def _claim(name: str, count: int, *, ns: str = "ns", cls: str = "a", phase: str = "Bound",
            node: str | None = "n1", reserved: Iterable[tuple[str, str]] = (), template_of: str | None = None,
-           policy: str = "Release") -> Obj:
+           policy: str = "Release", resource: str | None = None) -> Obj:
     meta: Obj = {"name": name, "namespace": ns, "uid": f"uid-{name}"}
     if template_of is not None:
         meta["labels"] = {api.TEMPLATE_CLAIM_LABEL: api.TEMPLATE_CLAIM_LABEL_VALUE}
@@ -1289,6 +1565,8 @@ def _claim(name: str, count: int, *, ns: str = "ns", cls: str = "a", phase: str 
     status: Obj = {"phase": phase, "reservedFor": [{"name": n, "uid": u} for n, u in reserved]}
     if node:
         status["nodeName"] = node
+    if resource:
+        status["resourceName"] = resource
     return {"metadata": meta, "spec": {"className": cls, "count": count, "reclaimPolicy": policy},
             "status": status}
 
@@ -1303,15 +1581,16 @@ def _pod(name: str, entries: list[Obj], *, ns: str = "ns", gate: bool = False, p
             "spec": spec, "status": {"phase": phase}}
 
 
-def _node(name: str, gpus: int, labels: Mapping[str, str], ready: bool = True) -> Obj:
+def _node(name: str, gpus: int, labels: Mapping[str, str], ready: bool = True, gpus2: int = 0) -> Obj:
     return {"metadata": {"name": name, "labels": dict(labels)}, "spec": {},
-            "status": {"allocatable": {RESOURCE: str(gpus), "cpu": "32"},
+            "status": {"allocatable": {RESOURCE: str(gpus), "cpu": "32",
+                                       **({RESOURCE2: str(gpus2)} if gpus2 else {})},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
 def test_each_check_trips_on_a_hand_made_violation() -> None:
     alloc = {("n1", RESOURCE): 4, ("n2", RESOURCE): 2}
-    res = lambda cls: RESOURCE  # noqa: E731 - both classes count one resource
+    res = lambda c: RESOURCE  # noqa: E731 - both classes count one resource (claims recording none)
     # I1: 3 + 2 on a 4-GPU node over two classes, and a Lost claim still reserved counts.
     over = [_claim("x", 3, cls="a"), _claim("y", 2, cls="b"), _claim("z", 2, node="n2")]
     found = check_i1(over, alloc, res)
@@ -1323,6 +1602,42 @@ def test_each_check_trips_on_a_hand_made_violation() -> None:
             _claim("o", 9, node="not-ours")]
     assert check_i1(fine, alloc, res) == []
     assert allocatable_of([_node("n1", 4, {})]) == {("n1", RESOURCE): 4}
+
+    # I1 per node and resource, each claim under the resource its status records.
+    alloc2 = {("n1", RESOURCE): 4, ("n1", RESOURCE2): 2, ("n2", RESOURCE): 2}
+    assert allocatable_of([_node("n1", 4, {}, gpus2=2)]) == {("n1", RESOURCE): 4, ("n1", RESOURCE2): 2}
+    # 3 + 2 on n1 under two resources, each within its own: fine (one resource for both would be 5 of 4).
+    apart = [_claim("x", 3, resource=RESOURCE), _claim("y", 2, resource=RESOURCE2)]
+    assert check_i1(apart, alloc2, res) == []
+    # ... under the same one: over, whatever the class's resource (res says RESOURCE2 for y's class).
+    same = [_claim("x", 3, resource=RESOURCE), _claim("y", 2, cls="b", resource=RESOURCE)]
+    found = check_i1(same, alloc2, lambda c: RESOURCE2)
+    assert len(found) == 1 and f"node n1 {RESOURCE}: 5 GPUs held > allocatable 4" in found[0], found
+    found = check_i1([_claim("y", 3, resource=RESOURCE2)], alloc2, res)
+    assert len(found) == 1 and f"node n1 {RESOURCE2}: 3 GPUs held > allocatable 2" in found[0], found
+    # A resource the node does not offer at all: 1 of 0.
+    found = check_i1([_claim("y", 1, node="n2", resource=RESOURCE2)], alloc2, res)
+    assert len(found) == 1 and f"node n2 {RESOURCE2}: 1 GPUs held > allocatable 0" in found[0], found
+    # A claim recording no resource counts under resource_at_bind's (and says so).
+    found = check_i1([_claim("x", 3, resource=RESOURCE), _claim("u", 2)], alloc2, res)
+    assert len(found) == 1 and "resource unrecorded" in found[0], found
+    assert check_i1([_claim("x", 3, resource=RESOURCE), _claim("u", 2)], alloc2, lambda c: RESOURCE2) == []
+
+    # A bound claim keeps its resource between two lists.
+    kept = _claim("k", 1, policy="Retain", resource=RESOURCE, reserved=[("p", "uid-p")])
+    before = held_by_uid([kept, _claim("r", 1, resource=RESOURCE, reserved=[("p", "uid-p")])])
+    assert check_resource_kept(before, [kept]) == []
+    rewritten = check_resource_kept(before, [_claim("k", 1, policy="Retain", resource=RESOURCE2,
+                                                    reserved=[("q", "uid-q")])])
+    assert len(rewritten) == 1 and "ns/k (Retain" in rewritten[0] and "rewritten while bound" in rewritten[0], \
+        rewritten
+    assert check_resource_kept(before, [_claim("r", 1, resource=RESOURCE2, reserved=[("p", "uid-p")])])
+    # A Release claim for another pod may have been released and bound anew; a move is a new bind;
+    # a claim that recorded nothing before gets its resource recorded.
+    assert check_resource_kept(before, [_claim("r", 1, resource=RESOURCE2, reserved=[("q", "uid-q")])]) == []
+    assert check_resource_kept(before, [_claim("k", 1, policy="Retain", node="n2", resource=RESOURCE2)]) == []
+    unrecorded = held_by_uid([_claim("k", 1, policy="Retain")])
+    assert check_resource_kept(unrecorded, [_claim("k", 1, policy="Retain", resource=RESOURCE2)]) == []
 
     # I2 and I4.
     p = _pod("p", [{"name": "g", "className": "a", "count": 1}, {"name": "u", "claim": "shared"}])
@@ -1397,6 +1712,23 @@ def test_each_check_trips_on_a_hand_made_violation() -> None:
     rej = _claim("w-g", 2, phase="Pending", node=None)
     rej["status"]["rejectedNodes"] = [{"nodeName": "n2", "until": "2999-01-01T00:00:00Z"}]
     assert check_gated_pods(bound + [rej], [w], nodes, classes, {}, time.time()) == []
+
+    # Class a edited to RESOURCE2, which n1 does not offer: a claim bound on n1 before the edit
+    # keeps the set there; anything new of class a needs RESOURCE2.
+    edited = {"a": {"selector": {"pool": "a"}, "resource": RESOURCE2}}
+    kept_old = _claim("kept", 1, policy="Retain", resource=RESOURCE)  # on n1
+    wk = _pod("wk", [{"name": "u", "claim": "kept"}], gate=True)
+    stays = check_gated_pods([kept_old], [wk], nodes, edited, {}, time.time())
+    assert len(stays) == 1 and "fits on node n1" in stays[0], stays
+    # Held GPUs count under the resource their claims record: n5's 2 RESOURCE2 are free while
+    # "old" (class a, bound before the edit) holds 2 RESOURCE there, and full once "new" holds them.
+    two = [_node("n1", 4, {"pool": "a"}), _node("n5", 2, {"pool": "a"}, gpus2=2)]
+    wm = _pod("wm", [{"name": "u", "claim": "kept"}, {"name": "g", "className": "a", "count": 1}], gate=True)
+    old = _claim("old", 2, node="n5", resource=RESOURCE, reserved=[("o", "uid-o")])
+    moves = check_gated_pods([kept_old, old], [wm], two, edited, {}, time.time())
+    assert len(moves) == 1 and "fits on node n5" in moves[0] and f"'{RESOURCE2}': 2" in moves[0], moves
+    new = _claim("new", 2, node="n5", resource=RESOURCE2, reserved=[("o", "uid-o")])
+    assert check_gated_pods([kept_old, new], [wm], two, edited, {}, time.time()) == []
 
 
 def _waiting(c: Obj, reason: str) -> Obj:

@@ -29,6 +29,19 @@ import time
 from typing import Callable
 
 
+# The longest any write of ours may take, and the API server's own deadline
+# for it (`?timeout=`), whether a fence is armed or not; an armed fence cuts
+# it further, to the takeover. It bounds how late a write of a process that
+# died can still land, and so how long a process restarted without leader
+# election waits before its first decision (cmd.startwait), so it is kept
+# short: 5 s is a write's usual few milliseconds a thousand times over, and
+# a write still unanswered by then is a lost answer the in-flight rules
+# already handle (state.inflight). Writes without a Lease used to take
+# kube.request's 30 s, and a Writer without a fence sent no deadline at all
+# (the API server's --request-timeout, 60 s): a restart would wait that long.
+WRITE_DEADLINE = 5.0
+
+
 class NotLeader(Exception):
     """A write refused because this process may no longer be the leader.
 

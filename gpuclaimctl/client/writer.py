@@ -9,7 +9,10 @@ Only the leader writes (DESIGN I3): with a `WriteFence`, every mutating
 request is checked against it right before it leaves -- after any wait for
 a rate-limiter token -- and its timeout is cut to the time left before the
 Lease could be taken over; a refused write raises `fence.NotLeader`. Reads
-are not fenced.
+are not fenced. Every write, fenced or not, takes at most
+`fence.WRITE_DEADLINE` and asks the API server to give up on it by then
+(`?timeout=`): a process restarted without leader election waits that out
+before its first decision (cmd.startwait).
 
 An error answer raises what `errors` says it means (NotFound, Conflict,
 AlreadyExists, or ApiError). Every request, read or write, waits for a token
@@ -22,6 +25,7 @@ result, and the few callers that need the written object get a dict.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from typing import Any
@@ -35,12 +39,18 @@ from gpuclaimctl.client.errors import AlreadyExists as AlreadyExists
 from gpuclaimctl.client.errors import Conflict as Conflict
 from gpuclaimctl.client.errors import NotFound as NotFound
 from gpuclaimctl.client.events import COMPONENT, EventRecorder, make_event
-from gpuclaimctl.client.fence import WriteFence
+from gpuclaimctl.client.fence import WRITE_DEADLINE, WriteFence
 from gpuclaimctl.model import api
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+
+def _unfenced() -> float:
+    """A Writer's fence when it has none: every write may leave, for up to
+    WRITE_DEADLINE (kube.request cuts the timeout to the lesser)."""
+    return math.inf
 
 
 class Writer:
@@ -53,8 +63,10 @@ class Writer:
         self._api = api_client
         self._component = component
         self._host = uuid.uuid4().hex[:8]
-        # Checked by kube.request right before each mutating request is sent.
-        self._fence = fence.check if fence is not None else None
+        # Checked by kube.request right before each mutating request is sent;
+        # without a fence, one that always allows, so that the API server's
+        # deadline (`?timeout=`) is sent all the same.
+        self._fence = fence.check if fence is not None else _unfenced
         self._limiter = limiter
         # Events go to it, off the sync path, on its own budget (and the
         # same fence); without one, `event` sends them itself.
@@ -64,7 +76,7 @@ class Writer:
 
     def _write(self, method: str, path: str, body: Any = None) -> Obj:
         result: Obj = kube.request_json(self._api, method, path, body=body, fence=self._fence,
-                                        limiter=self._limiter)
+                                        limiter=self._limiter, timeout=WRITE_DEADLINE)
         return result
 
     def _read(self, path: str) -> Obj:
@@ -146,7 +158,7 @@ class Writer:
         (py-spy, unthrottled bench)."""
         kube.request(self._api, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
                      body=ops, content_type="application/json-patch+json",
-                     fence=self._fence, limiter=self._limiter)
+                     fence=self._fence, limiter=self._limiter, timeout=WRITE_DEADLINE)
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         """Delete with uid and resourceVersion preconditions; False if it changed or is gone."""
@@ -175,7 +187,7 @@ class Writer:
         ns, name = event["metadata"]["namespace"], obj["metadata"]["name"]
         try:
             kube.request(self._api, "POST", f"/api/v1/namespaces/{ns}/events", body=event,
-                         fence=self._fence, limiter=self._limiter)
+                         fence=self._fence, limiter=self._limiter, timeout=WRITE_DEADLINE)
         except (ApiError, OSError) as e:
             log.warning("could not record event %s on %s/%s: %s", reason, ns, name, e)
             return False

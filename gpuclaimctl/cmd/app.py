@@ -55,6 +55,7 @@ from gpuclaimctl.client.leaderelection import (
     LeaderElector,
     default_identity,
 )
+from gpuclaimctl.cmd import startwait
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.cmd.statusview import waiting_pods
 from gpuclaimctl.cmd.webhook import build_webhook
@@ -248,7 +249,12 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     factory.start()
     try:
         if elector is None:
-            if not _wait_synced(controller, stop) or not _catch_up(controller, stop):
+            # No Lease term lies between the writes of a process that died
+            # and this one's first decision: wait them out before the
+            # catch-up list, so that it shows every one that landed.
+            if (not _wait_synced(controller, stop)
+                    or not startwait.wait_out_earlier_writes(stop, options.kubeconfig)
+                    or not _catch_up(controller, stop)):
                 return 0 if stop.is_set() else 1
             # The one writer leads while its workers run: the gauge says so,
             # or GPUClaimCtlNoLeader would page for a single replica run

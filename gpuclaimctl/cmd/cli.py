@@ -9,6 +9,9 @@ the listener finds it, an address another process already listens on
 
 from __future__ import annotations
 
+# First: it takes the process's start time when imported (startwait.PROCESS_STARTED).
+from gpuclaimctl.cmd import startwait  # noqa: F401
+
 import re
 import sys
 from collections.abc import Sequence

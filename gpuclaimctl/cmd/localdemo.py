@@ -27,6 +27,7 @@ from kubernetes import client, config
 
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import AlreadyExists
+from gpuclaimctl.cmd import startwait
 from gpuclaimctl.controlplane import (
     CONTROLLER_MANAGER,
     KWOK,
@@ -63,6 +64,9 @@ def start_plane() -> ControlPlane:
     except BaseException:
         plane.stop()
         raise
+    # A new etcd and API server on new ports: no write of an earlier
+    # process can reach them, so the controller need not wait for one.
+    startwait.own_api_server(str(plane.kubeconfig))
     stable = publish_kubeconfig(plane.kubeconfig)
     say("control plane ready; in another terminal:")
     # Bare lines, to copy as they are.
