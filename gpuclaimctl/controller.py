@@ -34,7 +34,7 @@ from gpuclaimctl.sync.classes import sync_class
 from gpuclaimctl.sync.budgets import sync_budget
 from gpuclaimctl.sync.context import AUDIT_INFLIGHT, Settings, SyncContext
 from gpuclaimctl.sync.handlers import Handlers
-from gpuclaimctl.sync.pods import sync_pod
+from gpuclaimctl.sync.podsync import sync_pod
 from informers import (
     GPU_BUDGETS,
     GPU_CLAIM_TEMPLATES,

@@ -46,6 +46,9 @@ DEFAULT_CLASS_LABEL = f"{GROUP}/default-class"
 # Set on a pod in the update that releases it: the node we pinned it to.
 # Marks the pod as ours when the scheduler later refuses it.
 PLACED_NODE_ANNOTATION = f"{GROUP}/node"
+# A gang: pods placed all at once or none (model.gangs, decide.gang).
+GANG_ANNOTATION = f"{GROUP}/gang"
+GANG_SIZE_ANNOTATION = f"{GROUP}/gang-size"
 
 # Removed only when nothing reserves the claim.
 CLAIM_FINALIZER = f"{GROUP}/claim"
@@ -97,6 +100,12 @@ class WaitReason(StrEnum):
     INVALID_CLAIMS = "InvalidClaims"
     BUDGET = "Budget"
     BUDGETS_UNKNOWN = "BudgetsUnknown"
+    # Gangs (decide.gang): fewer members than its size exist or are gated;
+    # its members' sets do not all fit at once; its annotations are wrong
+    # or its members disagree on them.
+    GANG_INCOMPLETE = "GangIncomplete"
+    GANG_CAPACITY = "GangCapacity"
+    GANG_INVALID = "GangInvalid"
 
 
 class OnCordon(StrEnum):

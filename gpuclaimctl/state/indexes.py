@@ -22,6 +22,7 @@ CLAIMS_BY_CLASS = "claims-by-class"
 # pods
 PODS_BY_CLAIM = "pods-by-claim"                  # "ns/claim" for each claim a pod names
 WAITING_PODS = "waiting-pods"                    # "" for every pod that carries our gate
+PODS_BY_GANG = "pods-by-gang"                    # "ns/gang" of a pod's gpuclaimctl.io/gang annotation
 PODS_BY_PVC = "pods-by-pvc"                      # "ns/pvc" of each PersistentVolumeClaim a gated pod uses
 
 Obj = dict[str, Any]
@@ -67,6 +68,14 @@ def pods_by_claim(pod: Obj) -> list[str]:
     return [keys.namespaced(ns, e.claim_name(name)) for e in entries]
 
 
+def pods_by_gang(pod: Obj) -> list[str]:
+    """Any value of the gang annotation that is a string (a wrong one too:
+    its members still find each other and are told)."""
+    meta = _field(pod, "metadata")
+    name = _field(meta, "annotations").get(api.GANG_ANNOTATION)
+    return [keys.namespaced(_str(meta.get("namespace")), name)] if isinstance(name, str) and name else []
+
+
 def pods_by_pvc(pod: Obj) -> list[str]:
     """Gated pods only: a volume change matters to a pod not yet placed."""
     if not has_gate(pod):
@@ -110,4 +119,5 @@ POD_INDEXERS = {
     PODS_BY_CLAIM: pods_by_claim,
     WAITING_PODS: waiting_pods,
     PODS_BY_PVC: pods_by_pvc,
+    PODS_BY_GANG: pods_by_gang,
 }

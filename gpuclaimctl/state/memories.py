@@ -124,6 +124,12 @@ class Memories:
     # queue, however it disagrees with the turnstile's, keeps a pod from
     # deciding; it costs one more sync at most.
     gave_turn: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # Gangs (namespace/name) whose decision took GPUs for claims it has not
+    # sent the binds of yet (a write before them failed): those stay in
+    # flight, held for the gang, until its next sync sends them, or, if the
+    # gang waits instead, are let go (sync.gangs).
+    gang_unsent: LockedCache[str, frozenset[str]] = field(
+        default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
     # Rejections of template and inline sets: their claims die with the
     # refused pod, so the rejection lives with the set's identity (the
     # pod's owner and the entries) here, for --reject-for at most.

@@ -71,7 +71,7 @@ from gpuclaimctl.model.snapshot import (
     format_time,
     parse_time,
 )
-from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated
+from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.inflight import InFlight, may_still_land_for, parse_rv
 from gpuclaimctl.state.view import Decider
@@ -94,21 +94,6 @@ _WAITING_CONFLICT_RETRY = 1.0
 # full: at the default --event-qps of 20, a full queue of 1,000 drains in
 # about 50 s) is synced again to tell it.
 _TELL_AGAIN_AFTER = 30.0
-
-
-def sync_pod(ctx: SyncContext, key: str) -> None:
-    ns, name = keys.split(key)
-    pod = ctx.pods.get(ns, name)
-    if pod is None or pod["metadata"].get("deletionTimestamp"):
-        return
-    if has_gate(pod):
-        if pod["metadata"].get("uid") in ctx.memories.released:
-            return  # released by us; the cache shows an older version
-        _place(ctx, pod)
-    elif api.PLACED_NODE_ANNOTATION in (pod["metadata"].get("annotations") or {}):
-        _check_refused(ctx, pod)
-    elif names_claims_ungated(pod):
-        _tell_not_gated(ctx, pod)
 
 
 # -- placing a gated pod ----------------------------------------------------------------
@@ -334,33 +319,46 @@ def _apply_waiting(ctx: SyncContext, read: _SetRead, decision: Waiting,
 def _apply_placed(ctx: SyncContext, read: _SetRead, decision: Placed) -> None:
     """Bind every claim of the set (in order), then release the pod in one
     patch; each write's fate reaches the view."""
-    pod, info = read.pod, read.info
     ctx.memories.capacity_needs.pop(read.key, None)
+    _bind_set(ctx, read.pod, read.raw, decision, keep_unsent=False)
+    _release(ctx, read.pod, decision)
+
+
+def _bind_set(ctx: SyncContext, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed, *,
+              keep_unsent: bool) -> None:
+    """The set's binds, one after another. A bind never sent holds nothing
+    (one that was sent has its fate recorded) -- unless `keep_unsent`: a
+    gang's decision stays in flight until its retry sends them."""
     sent: set[str] = set()
     try:
         for action in decision.claims:
             sent.add(action.uid)
-            _bind(ctx, pod, read.raw[action.claim], action.node, action.resource, action.uid)
+            _bind(ctx, pod, raw[action.claim], action.node, action.resource, action.uid)
     finally:
-        # Binds never sent hold nothing (one that was sent has its fate recorded).
-        for a in decision.new_gpus():
-            if a.uid not in sent:
-                ctx.wake(functools.partial(ctx.view.not_sent, a.uid))
+        if not keep_unsent:
+            for a in decision.new_gpus():
+                if a.uid not in sent:
+                    ctx.wake(functools.partial(ctx.view.not_sent, a.uid))
+
+
+def _release(ctx: SyncContext, pod: Obj, decision: Placed) -> None:
+    """Release the pod pinned to the decision's node, in one patch; then
+    remember it released, count it and tell it (a Placed event)."""
+    meta = pod["metadata"]
+    key, uid = keys.key_of(pod), str(meta.get("uid") or "")
     try:
-        ctx.writer.patch_pod(pod["metadata"]["namespace"], pod["metadata"]["name"],
-                             podplan.release_patch(pod, decision.node))
+        ctx.writer.patch_pod(meta["namespace"], meta["name"], podplan.release_patch(pod, decision.node))
     except Exception as e:
         if isinstance(e, ApiError) and e.status == 422:
             # A test of the patch failed: the pod changed since the cache
             # showed it (or an earlier sync released it already). Decided
             # again once the cache catches up, as after a 409.
-            raise Conflict(f"pod {read.key} changed since it was read: {e}") from e
+            raise Conflict(f"pod {key} changed since it was read: {e}") from e
         if not surely_not_written(e):
-            ctx.memories.release_in_doubt[info.uid] = (decision.node, ctx.now())
+            ctx.memories.release_in_doubt[uid] = (decision.node, ctx.now())
         raise
-    ctx.memories.release_in_doubt.pop(info.uid, None)
-    ctx.memories.released[pod["metadata"]["uid"]] = True
-    meta = pod["metadata"]
+    ctx.memories.release_in_doubt.pop(uid, None)
+    ctx.memories.released[uid] = True
     created_at = parse_time(meta.get("creationTimestamp"))
     if ctx.metrics is not None:
         ctx.metrics.placements.labels("placed", "").inc()
@@ -371,7 +369,7 @@ def _apply_placed(ctx: SyncContext, read: _SetRead, decision: Placed) -> None:
     ctx.memories.waiting_told.pop(told_key(pod), None)
     # Debug, not info: a line per pod was 3 % of the controller's CPU; the
     # Placed event and gpuclaimctl_placements_total tell the same.
-    log.debug("released pod on node", extra={"pod": read.key, "node": decision.node})
+    log.debug("released pod on node", extra={"pod": key, "node": decision.node})
     # The decision's message names the claims and the node ("GPUClaim ...
     # placed on node ...").
     ctx.writer.event(_pod_ref(pod), "Normal", "Placed", decision.message)

@@ -171,6 +171,8 @@ class LateWrite:
     method: str
     sent_at: datetime
     perform: Callable[[], Any]
+    # What was sent (a copy), for the harness's bookkeeping of what may land.
+    body: Obj | None = None
 
 
 class FakeApi:
@@ -333,7 +335,8 @@ class FakeApi:
             if fault is None:
                 return perform()
             if fault.later:
-                self.late.append(LateWrite(method, self._clock(), perform))
+                self.late.append(LateWrite(method, self._clock(), perform,
+                                           copy.deepcopy(body) if body is not None else None))
             elif fault.landed:
                 try:
                     perform()

@@ -38,6 +38,7 @@ from typing import Any, cast
 
 from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.client.writer import Writer
+from gpuclaimctl.cmd import startwait
 from gpuclaimctl.controller import dispatch
 from gpuclaimctl.sync.handlers import Handlers
 from gpuclaimctl.decide.capacity import used_capacity
@@ -91,7 +92,7 @@ SIM_LATE_LANDING = 40.0
 # How long a new process without leader election waits before its first
 # decision (app.EARLIER_WRITES_WINDOW): a write the dead process had on the
 # wire lands within it, or never.
-RESTART_WAIT = 15.0
+RESTART_WAIT = startwait.RESTART_WAIT
 
 
 class Crash(BaseException):
@@ -255,9 +256,9 @@ class Controller:
         """Initial lists, then (after `wait`: see `open`) one consistent
         claim list before the first decision (app._catch_up), then every
         object's key, as a resync."""
+        self.decides_from = self.sim.t + wait  # during the lists too (Sim.budgets_seen)
         for kind in (NODES, CLASSES, TEMPLATES, PVCS, PVS, BUDGETS, CLAIMS, PODS):
             self.informers[kind].relist()
-        self.decides_from = self.sim.t + wait
         self.open()
 
     def open(self) -> bool:
@@ -310,6 +311,11 @@ class Sim:
         # saw it lowered below use) what was held and in flight then.
         self.node_ceilings: dict[tuple[str, str], int] = {}
         self._alloc_seen: dict[tuple[str, str], int] = {}
+        # gang -> (size, members created so far); gangs released (their
+        # first member ungated: replacements after that are placed alone).
+        self.gangs: dict[str, tuple[int, int]] = {}
+        self.gang_counter = 0
+        self.gangs_released: set[str] = set()
         # The restart wait to use (a test sets 0 to show the window it closes).
         self.restart_wait = RESTART_WAIT
         self.fake.before_write = self._at_write
@@ -386,8 +392,12 @@ class Sim:
             covers: Callable[[str], bool] = (lambda c: True) if cls == "*" else (lambda c: c == cls)
             flying = sum(e.count for e in ctl.view.inflight if e.namespace == NS and covers(e.class_name))
             # A process still in its start wait decides nothing, and what the
-            # dead one sent (in no in-flight map) may still land: no lower.
-            floor = self.ceilings.get(key, 0) if ctl.decides_from is not None else 0
+            # dead one sent (in no in-flight map; decided from what it saw of
+            # the budgets, perhaps nothing) may still land: no lower.
+            floor = 0
+            if ctl.decides_from is not None:
+                floor = max(self.ceilings.get(key, 0),
+                            self.held_in_namespace(covers) + flying + self.late_binds(covers))
             self.ceilings[key] = max(gpus, self.held_in_namespace(covers) + flying, floor)
         for key in set(self.ceilings) - set(seen):
             del self.ceilings[key]
@@ -400,6 +410,18 @@ class Sim:
         return {"metadata": {"name": name, "labels": {"pool": "a" if i % 2 == 0 else "b"}},
                 "status": {"allocatable": allocatable,
                            "conditions": [{"type": "Ready", "status": "True"}]}}
+
+    def late_binds(self, covers: Callable[[str], bool]) -> int:
+        """GPUs of NS that binds still on the server (late writes) would hold."""
+        total = 0
+        for w in self.fake.late:
+            st = (w.body or {}).get("status") or {}
+            spec = (w.body or {}).get("spec") or {}
+            if w.method == "update_claim_status" and st.get("phase") == "Bound" and st.get("nodeName") \
+                    and (w.body or {}).get("metadata", {}).get("namespace") == NS \
+                    and covers(str(spec.get("className"))):
+                total += int(spec.get("count") or 0)
+        return total
 
     def _create_class(self, name: str) -> None:
         self.fake.create(CLASSES, {"metadata": {"name": name},
@@ -578,6 +600,10 @@ class Sim:
 
     def user(self) -> None:
         roll = self.rng.random()
+        if roll < 0.08:
+            self.create_gang_member()
+            return
+        roll = self.rng.random()
         if roll < 0.42:
             self.create_pod()
         elif roll < 0.55:
@@ -600,13 +626,46 @@ class Sim:
             self.recreate_node()
         elif roll < 0.95:
             self.create_claimless_pod()
-        elif roll < 0.97:
+        elif roll < 0.965:
             self.delete_claim()
-        else:
+        elif roll < 0.97:
             self.edit_annotation(released=True)
+        else:
+            self.create_gang_member()
 
     def _pods(self) -> list[Obj]:
         return self.fake.list(PODS).items
+
+    def create_gang_member(self) -> None:
+        """Members of a gang of 2 or 3 pods (inline claims only): all at once
+        (a Job's pods), or the next one alone, so that gangs are decided
+        incomplete too; sometimes a new gang."""
+        self._create_gang_member()
+        while self.rng.random() < 0.7 and any(made < size for size, made in self.gangs.values()):
+            self._create_gang_member(keep_to_open=True)
+
+    def _create_gang_member(self, keep_to_open: bool = False) -> None:
+        open_gangs = [g for g, (size, made) in self.gangs.items() if made < size]
+        if not open_gangs or (not keep_to_open and self.rng.random() < 0.3):
+            self.gang_counter += 1
+            gang = f"g{self.gang_counter}"
+            self.gangs[gang] = (self.rng.choice((2, 2, 3)), 0)
+        else:
+            gang = self.rng.choice(sorted(open_gangs))
+        size, made = self.gangs[gang]
+        self.gangs[gang] = (size, made + 1)
+        entries = [{"name": f"e{i}", "className": self.rng.choice(("alpha", "beta")),
+                    "count": self.rng.choice((1, 1, 2))} for i in range(self.rng.choice((1, 1, 2)))]
+        name = f"{gang}-m{made}"
+        self.note(f"user creates gang member {name} of {gang} (size {size}) {entries}")
+        self.fake.create(PODS, {"metadata": {
+            "name": name, "namespace": NS,
+            "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries), api.GANG_ANNOTATION: gang,
+                            api.GANG_SIZE_ANNOTATION: str(size)},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": gang, "uid": f"{gang}-uid",
+                                 "controller": True}]},
+            "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}],
+                     "containers": [{"name": "c", "image": "x"}]}})
 
     def create_pod(self, name: str | None = None, owned: bool | None = None) -> None:
         if name is None:
@@ -674,6 +733,8 @@ class Sim:
     def toggle_cordon(self) -> None:
         """An admin cordons a node or uncordons it: a set partly bound there
         must move (its first binds may not be seen back yet)."""
+        if not self.allocatable():
+            return
         name = self.rng.choice(sorted(self.allocatable()))
         node = self.fake.get(NODES, "", name)
         cordoned = not bool((node or {}).get("spec", {}).get("unschedulable"))
@@ -698,6 +759,8 @@ class Sim:
 
     def change_allocatable(self) -> None:
         """The device plugin reports another count: lower (to 0 too) or back."""
+        if not self.capacity():
+            return
         name = self.rng.choice(sorted(self.capacity()))
         i = int(name[1:])
         base = self.nodes[i] if i < len(self.nodes) else 4
@@ -711,6 +774,8 @@ class Sim:
 
     def recreate_node(self) -> None:
         """A node deleted (its claims' node is gone) and, most times, back."""
+        if not self.capacity():
+            return
         name = self.rng.choice(sorted(self.capacity()))
         self.note(f"node {name} deleted")
         self.fake.delete(NODES, "", name)
@@ -904,6 +969,7 @@ class Sim:
                     raise InvariantBroken(
                         f"undercount at {where}: node {node} has {n} {resource} bound, the controller "
                         f"counts {counted.get(resource, {}).get(node, 0)}\n" + self.trace())
+        self.check_gangs(where)
         # Budgets: never more held under a limit than its ceiling.
         for (budget, cls), ceiling in self.ceilings.items():
             held = self.held_in_namespace((lambda c: True) if cls == "*" else (lambda c: c == cls))
@@ -927,6 +993,32 @@ class Sim:
                         and name not in named_claims(pod) and self.depth == 0 and where == "quiet":
                     raise InvariantBroken(f"I2 at {where}: claim {name} reserved by gated pod "
                                           f"{ref['name']} that does not name it\n" + self.trace())
+
+    def check_gangs(self, where: str) -> None:
+        """I5: no gang is ever partly released. The step a gang's first member
+        is released, every other member is released or has every claim it
+        names Bound and reserved for it (the decision's binds all come
+        before its releases). A member replacing one refused after that is
+        placed alone (the README's gang section)."""
+        claims = {c["metadata"]["name"]: c for c in self.fake.list(CLAIMS).items}
+        by_gang: dict[str, list[Obj]] = {}
+        for p in self._pods():
+            gang = (p["metadata"].get("annotations") or {}).get(api.GANG_ANNOTATION)
+            if gang in self.gangs and not p["metadata"].get("deletionTimestamp"):
+                by_gang.setdefault(gang, []).append(p)
+        for gang, members in sorted(by_gang.items()):
+            if gang in self.gangs_released or all(has_gate(p) for p in members):
+                continue
+            self.gangs_released.add(gang)
+            for p in members:
+                if not has_gate(p):
+                    continue
+                for name in named_claims(p):
+                    st = (claims.get(name) or {}).get("status") or {}
+                    if st.get("phase") != "Bound" or [r.get("uid") for r in st.get("reservedFor") or ()] != \
+                            [p["metadata"]["uid"]]:
+                        raise InvariantBroken(f"I5 at {where}: gang {gang} partly released: member "
+                                              f"{p['metadata']['name']} gated, its claim {name} {st}\n" + self.trace())
 
     def check_quiet(self) -> None:
         """I4 once the run is drained."""
@@ -955,22 +1047,66 @@ class Sim:
         for node in self.fake.list(NODES).items:  # a cordoned node takes nothing new
             if (node.get("spec") or {}).get("unschedulable"):
                 free.pop(node["metadata"]["name"], None)
-        for pod in pods.values():
-            if not has_gate(pod):
-                continue
-            need = self._set_need(pod, {c["metadata"]["name"]: c for c in claims})
-            if need is None:
-                continue
+        by_name = {c["metadata"]["name"]: c for c in claims}
+        gangs: dict[str, list[Obj]] = {}
+
+        def where_fits(need: Mapping[str, int], free: Mapping[str, Mapping[str, int]]) -> str | None:
             need_r: dict[str, int] = {}
             for cls, n in need.items():
                 r = str(class_objs[cls]["spec"].get("resourceName") or RESOURCE)
                 need_r[r] = need_r.get(r, 0) + n
-            for node, per in free.items():
+            for node, per in sorted(free.items()):
                 selects = all(labels[node].get(k) == v for cls in need
                               for k, v in (class_objs[cls]["spec"].get("nodeSelector") or {}).items())
                 if selects and all(per.get(r, 0) >= n for r, n in need_r.items()):
-                    raise InvariantBroken(f"I4: gated pod {pod['metadata']['name']} needs {need_r}; "
-                                          f"free on {node}: {per}\n" + self.trace())
+                    return node
+            return None
+
+        for pod in pods.values():
+            if not has_gate(pod):
+                continue
+            gang = (pod["metadata"].get("annotations") or {}).get(api.GANG_ANNOTATION)
+            if gang is not None:
+                gangs.setdefault(gang, []).append(pod)
+                continue
+            need = self._set_need(pod, by_name)
+            if need is None:
+                continue
+            node = where_fits(need, free)
+            if node is not None:
+                raise InvariantBroken(f"I4: gated pod {pod['metadata']['name']} needs {need}; "
+                                      f"free on {node}: {free[node]}\n" + self.trace())
+        # A gang none of whose members is released, all there, whose sets all
+        # fit at once (largest first, as decide.gang tries them), is released.
+        for gang, members in sorted(gangs.items()):
+            size = self.gangs.get(gang, (0, 0))[0]
+            if gang in self.gangs_released or len(members) != size:
+                continue
+            needs = [self._set_need(m, by_name) for m in members]
+            if any(n is None for n in needs):
+                continue
+            total: dict[str, int] = {}
+            for n in needs:
+                for cls, k in (n or {}).items():
+                    total[cls] = total.get(cls, 0) + k
+            if any(limit.covers(cls) and self.held_in_namespace(limit.covers) +
+                   sum(k for c, k in total.items() if limit.covers(c)) > limit.gpus
+                   for obj in self.fake.list(BUDGETS).items for limit in BudgetInfo.from_api(obj).limits
+                   for cls in total):
+                continue  # its budget rightly holds it back, as a whole
+            scratch = {node: dict(per) for node, per in free.items()}
+            placed_all = True
+            for n in sorted((x or {} for x in needs), key=lambda x: -sum(x.values())):
+                node = where_fits(n, scratch)
+                if node is None:
+                    placed_all = False
+                    break
+                for cls, k in n.items():
+                    r = str(class_objs[cls]["spec"].get("resourceName") or RESOURCE)
+                    scratch[node][r] = scratch[node].get(r, 0) - k
+            if placed_all:
+                raise InvariantBroken(f"I4: gang {gang}'s {size} sets {needs} all fit at once; free: {free}\n"
+                                      + self.trace())
 
     def _set_need(self, pod: Obj, claims: Mapping[str, Obj]) -> dict[str, int] | None:
         """GPUs per class the pod's set still needs on one node, if it could
