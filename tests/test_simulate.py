@@ -506,3 +506,27 @@ def test_a_saved_snapshot_answers_as_the_live_cluster_did_and_takes_edits(
         assert drained["workloads"][0]["copies"][0]["message"].endswith(f"no node offers GPUClass {cls}")
     finally:
         cluster.cleanup()
+
+
+def gang_job(name: str, members: int, gpus: int) -> dict[str, Any]:
+    from gpuclaimctl.model.api import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+
+    template = pod_template(inline(gpus))
+    template["metadata"]["annotations"].update({GANG_ANNOTATION: name, GANG_SIZE_ANNOTATION: str(members)})
+    return workload("Job", name, {"parallelism": members, "completions": members, "completionMode": "Indexed",
+                                  "template": template})
+
+
+def test_an_indexed_job_with_a_gang_is_answered_for_as_a_whole() -> None:
+    """Issue 44: the four workers are placed together or none is: on three
+    nodes the fourth does not fit, so the three that would are not placed
+    either (GangCapacity on every copy); a fourth node places all four."""
+    nodes = [api_node(f"a{i}", 8) for i in range(3)]
+    outs = run(objects(*nodes), gang_job("train", 4, 8))
+    assert placements(outs) == [WaitReason.GANG_CAPACITY] * 4
+    assert "3 of 4 sets fit at once" in outs[0].explanation.decision.message
+    outs = run(objects(*nodes, api_node("a3", 8)), gang_job("train", 4, 8))
+    assert sorted(placements(outs)) == ["a0", "a1", "a2", "a3"]
+    # Placed copies count for what follows, as single pods' do.
+    outs = run(objects(*nodes, api_node("a3", 8)), gang_job("train", 4, 8), deployment("d", inline(1)))
+    assert placements(outs)[4] == WaitReason.CAPACITY

@@ -28,6 +28,7 @@ one command's working state: not shared between threads.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,10 +37,12 @@ from typing import Any
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.capacity import used_capacity
 from gpuclaimctl.decide.explain import Explanation, explain
-from gpuclaimctl.decide.placement import Placed
+from gpuclaimctl.decide.gang import GangMember, GangPlaced, decide_gang
+from gpuclaimctl.decide.placement import Placed, Waiting
 from gpuclaimctl.decide.podplan import Found
 from gpuclaimctl.model.api import SCHEDULING_GATE, Strategy
 from gpuclaimctl.model.budgets import BudgetInfo, BudgetUse, counts_against_budget
+from gpuclaimctl.model.gangs import Gang, GangError, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, UnresolvedClaim
 from gpuclaimctl.model.volumes import volume_constraints
@@ -137,6 +140,33 @@ class WhatIf:
                               budgets=self.budgets(ns), budget_use=self.budget_use(ns))
         return Outcome(pod, tuple(states), explanation, raw=raw)
 
+    def explain_gang(self, gang: Gang, pods: Sequence[Obj], now: datetime) -> list[Outcome]:
+        """The gang's pods decided together (decide.gang), placed ones
+        admitted: each outcome's decision is that pod's part of the gang's
+        (its nodes' verdicts are its own set's, alone)."""
+        alone = [self.explain(pod, now) for pod in pods]
+        members = [GangMember(f"{o.pod['metadata'].get('namespace', '')}/{o.pod['metadata'].get('name', '')}",
+                              self.pod_info(o.pod), o.claims) for o in alone if o.explanation is not None]
+        decision = decide_gang(gang.name, gang.size, members, 0, self.cluster, self.used, now, self.strategy,
+                               budgets=self.budgets(gang.namespace), budget_use=self.budget_use(gang.namespace))
+        mine: dict[str, Placed | Waiting] = dict(decision.sets) if isinstance(decision, GangPlaced) \
+            else dict(decision.members)
+        out = []
+        for o, m in zip([o for o in alone if o.explanation is not None], members):
+            assert o.explanation is not None
+            out.append(dataclasses.replace(o, explanation=dataclasses.replace(
+                o.explanation, decision=mine[m.key])))
+        by_pod = {id(o.pod): o for o in out}
+        result = [by_pod.get(id(o.pod), o) for o in alone]
+        if isinstance(decision, GangPlaced):
+            for o in result:
+                self.admit(o)
+        return result
+
+    def pod_info(self, pod: Obj) -> PodInfo:
+        return PodInfo.from_api(pod, volumes=volume_constraints(
+            pod, lambda ns, name: self._pvcs.get((ns, name)), self._pvs.get))
+
     def admit(self, outcome: Outcome) -> None:
         """Count a placed pod as its writes would leave the cluster: each
         claim Bound on the node and reserved for the pod (created first if
@@ -185,10 +215,33 @@ def _add(used: dict[str, dict[str, int]], delta: Mapping[str, Mapping[str, int]]
 
 
 def simulate(world: WhatIf, pods: Sequence[Obj], now: datetime) -> list[Outcome]:
-    """Decide `pods` in turn on `world`, each placed one counted for the next."""
-    out = []
-    for pod in pods:
-        outcome = world.explain(pod, now)
-        world.admit(outcome)
-        out.append(outcome)
-    return out
+    """Decide `pods` in turn on `world`, each placed one counted for the next.
+    The pods of one gang (gpuclaimctl.io/gang) are decided together, as the
+    controller decides them (decide.gang), when the first of them comes."""
+    out: dict[int, Outcome] = {}
+    gangs: dict[str, list[int]] = {}
+    for i, pod in enumerate(pods):
+        try:
+            gang = pod_gang(pod)
+        except GangError:
+            gang = None
+        if gang is not None:
+            gangs.setdefault(gang.key, []).append(i)
+    done: set[int] = set()
+    for i, pod in enumerate(pods):
+        if i in done:
+            continue
+        try:
+            gang = pod_gang(pod)
+        except GangError:
+            gang = None
+        if gang is None:
+            outcome = world.explain(pod, now)
+            world.admit(outcome)
+            out[i] = outcome
+            continue
+        members = gangs[gang.key]
+        done.update(members)
+        for j, outcome in zip(members, world.explain_gang(gang, [pods[j] for j in members], now)):
+            out[j] = outcome
+    return [out[i] for i in range(len(pods))]
