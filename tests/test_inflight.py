@@ -164,3 +164,30 @@ def test_only_a_bind_the_api_server_answered_or_a_live_read_showed_bound_is_answ
     inflight.add("c3", P1, "node-a", GPU, 1, base="40")
     inflight.written("c3", "41")
     assert inflight.get("c3").answered  # type: ignore[union-attr]
+
+
+def test_a_refused_bind_written_again_is_back_on_the_wire_until_its_new_fate(inflight: InFlightPlacements) -> None:
+    """Seed 3203: settling on base 10, the bind is written again from 12:
+    a version in between (11, 12) no longer ends it; the new answer does."""
+    inflight.settling("c1", "10")
+    inflight.resend("c1", "12")
+    inflight.observe("c1", "12")
+    assert inflight.usage() == {GPU: {"node-a": 2}}
+    inflight.written("c1", "13")
+    inflight.observe("c1", "13")
+    assert inflight.usage() == {}
+
+
+def test_a_written_bind_is_not_put_back_on_the_wire_by_a_write_from_an_older_version(
+        inflight: InFlightPlacements) -> None:
+    """Seed 5172: the claim is known Bound at 23 (an answer, or a catch-up's
+    list); a sync keeps it there from its cached version 10 and writes again:
+    that write is refused (409), and the entry still waits for 23, not for
+    any version after 10."""
+    inflight.written("c1", "23")
+    inflight.resend("c1", "10")
+    inflight.settling("c1", "10")
+    inflight.observe("c1", "22")
+    assert inflight.usage() == {GPU: {"node-a": 2}}
+    inflight.observe("c1", "23")
+    assert inflight.usage() == {}

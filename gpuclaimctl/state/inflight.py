@@ -178,9 +178,17 @@ class InFlightPlacements:
         read of the claim before the new write lands would end it, and the
         GPUs the new write takes would count nowhere until the informer
         shows them: simulation seed 3203.) An earlier lost answer's
-        `lost_at` stays: that write may land yet."""
+        `lost_at` stays: that write may land yet.
+
+        Only a settling entry is put back on the wire. A written one knows
+        the version that holds the GPUs (an answer, or a catch-up's live
+        list): the new write, from an older cached version, can only be
+        refused, and the entry must keep waiting for that version (put on
+        the wire from the older base, the refusal would end it on a version
+        in between: simulation seed 5172). One on the wire already is
+        another write's."""
         entry = self._entries.get(claim_uid)
-        if entry is not None:
+        if entry is not None and entry.state is WriteState.SETTLING:
             self._entries[claim_uid] = replace(entry, state=WriteState.SENDING, base=parse_rv(base))
 
     def written(self, claim_uid: str, rv: str) -> None:
