@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test install controlplane lint typecheck bench bench-workqueue \
+.PHONY: run run-clean test install controlplane lint typecheck chart-schema bench bench-workqueue \
         bench-informers bench-placement bench-controller bench-http bench-handoffs bench-watch clean
 
 # The runtime dependencies at the exact versions the image ships
@@ -25,8 +25,13 @@ install: $(STAMP)
 controlplane: $(STAMP)
 	$(PY) -m gpuclaimctl.controlplane build
 
+# The local cluster is kept across runs (~/.cache/gpuclaimctl/local);
+# run-clean wipes it and starts a fresh one.
 run: controlplane
 	$(VENV)/bin/gpuclaimctl run --local
+
+run-clean: controlplane
+	$(VENV)/bin/gpuclaimctl run --local --fresh
 
 test: controlplane
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -38,6 +43,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy gpuclaimctl informers workqueue metrics
+
+# The chart's `flags` schema and _flags.tpl, from `gpuclaimctl run`'s options;
+# tests/test_chart.py fails until this is run after an option changes.
+chart-schema: $(STAMP)
+	$(PY) -m gpuclaimctl.cmd.chartschema
 
 bench: bench-workqueue bench-placement bench-handoffs bench-watch bench-http bench-informers bench-controller
 

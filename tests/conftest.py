@@ -10,6 +10,11 @@ etcd (`plane.UNCACHED_RESOURCE`): use them where a test needs an etcd
 compaction to end a watch with 410 Gone. Every other resource goes through
 the watch cache, which answers old resourceVersions from its own window and
 is the only source of watch bookmarks.
+
+The controller the tests run (`run_controller`, controllerkit's
+RunningController) runs as a service account with deploy/'s roles, made
+once per session in CONTROLLER_NAMESPACE (not deploy/'s own namespace,
+which tests of deploy/ apply and delete), never as the tests' admin.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from gpuclaimctl.controlplane import (
 from tests.helpers import gpu_node_manifest, node_is_ready, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
+# Where the session's controller identity lives (see the module docstring).
+CONTROLLER_NAMESPACE = "gpuclaimctl-tests"
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +49,11 @@ def control_plane() -> Iterator[ControlPlane]:
     except Exception as e:  # the message carries the component's log tail
         pytest.fail(f"the local control plane did not start: {e}", pytrace=False)
     try:
+        from gpuclaimctl.controlplane.identity import controller_identity
+        from tests.controllerkit import run_as
+
+        run_as(str(plane.kubeconfig), controller_identity(
+            plane, plane.workdir / "controller.kubeconfig", namespace=CONTROLLER_NAMESPACE))
         yield plane
     finally:
         plane.stop()
@@ -55,8 +67,7 @@ def api_client(control_plane: ControlPlane) -> client.ApiClient:
 @pytest.fixture(scope="session")
 def full_plane(control_plane: ControlPlane) -> ControlPlane:
     """The plane with kube-scheduler, kube-controller-manager and kwok running."""
-    for component in (SCHEDULER, CONTROLLER_MANAGER, KWOK):
-        control_plane.ensure(component)
+    control_plane.ensure(SCHEDULER, CONTROLLER_MANAGER, KWOK)
     return control_plane
 
 

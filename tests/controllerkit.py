@@ -1,4 +1,13 @@
-"""Run the real controller in-process against the test session's plane."""
+"""Run the real controller in-process against the test session's plane.
+
+As deployed, the controller runs as a service account of its own with
+deploy/'s roles, never as the admin the tests hold: the webhook leaves the
+controller's own requests alone, and admin rights would hide a permission
+deploy/ forgot. conftest makes that identity once per session
+(`run_as`); a RunningController given the plane's admin kubeconfig runs
+with the identity's instead. One given any other kubeconfig (a test's own
+service account) runs with that.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from gpuclaimctl.cmd import app
 from gpuclaimctl.client import kube
 from gpuclaimctl.cmd.options import Options
+from gpuclaimctl.controlplane.identity import ControllerIdentity
 from tests.helpers import wait_for
 
 TEST_OPTIONS = Options(workers=4, resync_period=30.0, metrics_bind_address="0",
@@ -19,10 +29,28 @@ TEST_OPTIONS = Options(workers=4, resync_period=30.0, metrics_bind_address="0",
                        kube_api_qps=1000.0, kube_api_burst=2000)
 
 
+# The session plane's admin kubeconfig -> the controller's identity there.
+_IDENTITIES: dict[str, ControllerIdentity] = {}
+
+
+def run_as(admin_kubeconfig: str, identity: ControllerIdentity) -> None:
+    """Controllers given `admin_kubeconfig` run as `identity` instead."""
+    _IDENTITIES[admin_kubeconfig] = identity
+
+
+def controller_kubeconfig(kubeconfig: str) -> str:
+    """The kubeconfig a controller given `kubeconfig` runs with."""
+    identity = _IDENTITIES.get(kubeconfig)
+    return kubeconfig if identity is None else str(identity.kubeconfig)
+
+
 class RunningController:
-    """The controller with its informers, workers and a private registry."""
+    """The controller with its informers, workers and a private registry.
+
+    `options.kubeconfig` is the kubeconfig it runs with (controller_kubeconfig)."""
 
     def __init__(self, kubeconfig: str, **overrides: Any) -> None:
+        kubeconfig = controller_kubeconfig(kubeconfig)
         self.options = dataclasses.replace(TEST_OPTIONS, kubeconfig=kubeconfig, **overrides)
         self.api_client = config.new_client_from_config(config_file=kubeconfig)
         self.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32

@@ -305,7 +305,7 @@ def test_a_retained_claim_brings_the_next_pod_back_to_the_same_node(
 
 
 def test_a_pod_larger_than_any_node_is_unsatisfiable_until_a_large_enough_node_is_added(
-    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any],
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any], full_plane: Any,
 ) -> None:
     """Issue 45, item 1: 4 GPUs where the largest node has 2 is not a wait
     for Capacity (which frees nothing for it): its own reason, event,
@@ -326,7 +326,7 @@ def test_a_pod_larger_than_any_node_is_unsatisfiable_until_a_large_enough_node_i
     assert f"(the largest: 2 nvidia.com/gpu on {small})" in events[0].message, events[0].message
     assert not cluster.events("Capacity")
     assert rc.metric("gpuclaimctl_placements_total", result="waiting", reason="Unsatisfiable") >= 1
-    kubeconfig = rc.options.kubeconfig
+    kubeconfig = str(full_plane.kubeconfig)  # a person's (the controller's may not read events)
     status = CliRunner().invoke(cli.main, ["status", "--kubeconfig", kubeconfig])
     assert status.exit_code == 0 and "Unsatisfiable" in status.output, status.output
     why = CliRunner().invoke(cli.main, ["why", f"{cluster.ns}/big", "--kubeconfig", kubeconfig, "-o", "json"])

@@ -45,7 +45,10 @@ def test_bound_claims_the_cache_does_not_show_count_as_in_flight_until_it_does(
         uid = claim["metadata"]["uid"]
         assert controller.catch_up() >= 1
         entry = controller.view.in_flight(uid)
-        assert entry is not None and (entry.node, entry.resource, entry.count) == ("node-x", api.DEFAULT_RESOURCE_NAME, 3)
+        # Bound without status.resourceName and its class unknown: which
+        # resource it holds is unknown, and it counts under every resource
+        # of its node (decide.capacity.with_unknown), not a default one.
+        assert entry is not None and (entry.node, entry.resource, entry.count) == ("node-x", api.UNKNOWN_RESOURCE, 3)
 
         # Once the informer shows the claim Bound there, the entry ends, and
         # a second catch-up finds nothing the cache does not know.

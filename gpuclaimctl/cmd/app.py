@@ -24,7 +24,6 @@ what every replica sends whether it leads or not ends in a word of its own
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
@@ -47,7 +46,6 @@ from gpuclaimctl.client.writer import Writer
 from gpuclaimctl import logs
 from gpuclaimctl.controller import Controller, Settings
 from gpuclaimctl.model.podcache import prune_pod
-from gpuclaimctl.cmd.bindaddress import on_loopback
 from gpuclaimctl.cmd.endpoints import Check, EndpointServer, self_signed_tls
 from gpuclaimctl.client.leaderelection import (
     ElectionOutcome,
@@ -79,16 +77,9 @@ def run(options: Options) -> int:
         if options.local:
             from gpuclaimctl.cmd import localdemo
 
-            plane = localdemo.start_plane()
-            options = _with_kubeconfig(options, str(plane.kubeconfig))
-            # The local plane registers no webhook configurations (and has no
-            # gpuclaimctl-system namespace for the certificate's Secret).
-            options = dataclasses.replace(options, webhook_bind_address="0")
-            # Nothing beyond this machine reaches a demo's endpoints.
-            options = dataclasses.replace(
-                options,
-                metrics_bind_address=on_loopback(options.metrics_bind_address, "--metrics-bind-address"),
-                health_bind_address=on_loopback(options.health_bind_address, "--health-bind-address"))
+            # The options it returns name the controller's own kubeconfig
+            # there, and put every endpoint and the webhook on loopback.
+            plane, options = localdemo.start(options)
         identity = process_identity(options.leader_elect)
         api_client = _api_client(options, identity)
         return _serve(options, api_client, identity)
@@ -97,10 +88,6 @@ def run(options: Options) -> int:
     finally:
         if plane is not None:
             plane.stop()
-
-
-def _with_kubeconfig(options: Options, path: str) -> Options:
-    return dataclasses.replace(options, kubeconfig=path, local=False)
 
 
 def process_identity(leader_elect: bool) -> str:

@@ -92,7 +92,12 @@ def version() -> None:
 @click.option("--context", default=None, help="Kubeconfig context to use.")
 @click.option("--local", is_flag=True, default=False,
               help="Start a local control plane (built from Go modules) with sample GPU "
-                   "nodes and run against it.")
+                   "nodes and run against it; its state is kept across runs in the cache.")
+@click.option("--fresh", is_flag=True, default=False,
+              help="With --local: wipe the local cluster's kept state first (`make run-clean`).")
+@click.option("--local-webhook/--no-local-webhook", default=True, show_default=True,
+              help="With --local: serve the admission webhook to the local API server "
+                   "(on loopback, at --webhook-bind-address).")
 @click.option("--workers", type=int, default=16, show_default=True,
               help="Concurrent sync workers.")
 @click.option("--resync-period", type=DURATION, default="10m", show_default=True,
@@ -170,6 +175,8 @@ def run(**flags: Any) -> None:
         kubeconfig=flags["kubeconfig"],
         context=flags["context"],
         local=flags["local"],
+        local_webhook=flags["local_webhook"],
+        fresh=flags["fresh"],
         workers=flags["workers"],
         resync_period=flags["resync_period"],
         watch_batch_window=flags["watch_batch_window"],

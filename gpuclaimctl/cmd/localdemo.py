@@ -4,30 +4,48 @@ For a newcomer without a cluster: builds the plane's binaries once (cached),
 starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager and
 kwok on loopback, installs the CRDs, and adds four fake GPU nodes (8, 8, 4
 and 2 GPUs, labelled by model) and a GPUClass per model. The controller then
-runs against it; Ctrl-C stops everything.
+runs against it as in a cluster: under deploy/'s service account and roles
+(controlplane.identity), never the admin credentials the user holds (the
+webhook leaves the controller's own requests alone, so it would leave that
+user's pods ungated), and serving the admission webhook to the local API
+server: deploy/webhook.yaml's configurations with a `url:` on loopback, the
+CA and certificate made and injected by the controller's own CertKeeper.
+`--no-local-webhook` runs without it (and removes an earlier run's
+configurations). Ctrl-C stops everything and says what is kept.
 
-The plane's kubeconfig is also reachable at one stable path (`KUBECONFIG`,
-a symlink to the running plane's), so the line the quick start copies never
-picks a plane an earlier run left behind.
+The local cluster is kept across runs in `state_dir()`
+(`~/.cache/gpuclaimctl/local`): etcd's data and the PKI the objects in it
+depend on. Its kubeconfig is there at one stable path, rewritten each start
+for the new ports, so the line the quick start copies names the plane that
+runs now. The CRDs, the controller's roles and the webhook configurations
+are applied again each start (deploy/ may have changed); the sample nodes
+and classes are created when missing, a user's edits to them kept.
+`--fresh` (`make run-clean`) wipes the state first. One run at a time uses
+it: a second one is refused while the first holds its lock.
 """
 
 from __future__ import annotations
 
-import atexit
+import dataclasses
+import fcntl
 import json
 import os
 import shlex
+import shutil
+import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from kubernetes import client, config
 
 from gpuclaimctl.client import kube
-from gpuclaimctl.client.errors import AlreadyExists
+from gpuclaimctl.client.errors import AlreadyExists, NotFound
 from gpuclaimctl.cmd import startwait
+from gpuclaimctl.cmd.bindaddress import format_bind_address, on_loopback, parse_bind_address
+from gpuclaimctl.cmd.options import DEFAULT_WEBHOOK_CERT_DIR, Options
 from gpuclaimctl.controlplane import (
     CONTROLLER_MANAGER,
     KWOK,
@@ -35,11 +53,13 @@ from gpuclaimctl.controlplane import (
     KWOK_NODE_ANNOTATION_VALUE,
     SCHEDULER,
     ControlPlane,
+    ControlPlaneError,
     build,
 )
+from gpuclaimctl.controlplane import identity
+from gpuclaimctl.webhook import configurations
 
-# The repository's deploy/ (gpuclaimctl/cmd/ is two levels below it).
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = identity.DEPLOY
 # The namespace the quick start puts the samples in (README's examples use it).
 SAMPLES_NAMESPACE = "team-a"
 MODEL_LABEL = "nvidia.com/gpu.product"
@@ -52,31 +72,202 @@ SAMPLE_NODES = (
 )
 
 
-def start_plane() -> ControlPlane:
-    def say(message: str) -> None:
-        print(f"[local] {message}", file=sys.stderr, flush=True)
+def say(message: str) -> None:
+    print(f"[local] {message}", file=sys.stderr, flush=True)
 
-    plane = ControlPlane(components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say)
-    plane.start()
+
+def state_dir() -> Path:
+    """Where the local cluster is kept across runs."""
+    return build.cache_root() / "local"
+
+
+LOCK_FILE = ".lock"
+CONTROLLER_KUBECONFIG = "controller.kubeconfig"
+MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
+
+
+class LocalCluster:
+    """The running local plane and the lock on its kept state."""
+
+    def __init__(self, plane: ControlPlane, lock: IO[str]) -> None:
+        self.plane = plane
+        self.state = plane.workdir
+        self._lock = lock
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop the plane (its state stays), saying so; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        say(f"stopping the local cluster; its state is kept in {self.state}: the next "
+            "`make run` resumes it, `make run-clean` starts afresh")
+        try:
+            self.plane.stop()
+        finally:
+            self._lock.close()
+        say("stopped")
+
+
+def start(options: Options) -> tuple[LocalCluster, Options]:
+    """Start (or resume) the local cluster; the options the controller runs
+    with there: its service account's kubeconfig, endpoints on loopback, the
+    webhook on loopback as registered (or off)."""
+    state = state_dir()
+    lock = _lock(state)
     try:
-        api_client = config.new_client_from_config(config_file=str(plane.kubeconfig))
-        install(api_client)
-    except BaseException:
-        plane.stop()
+        if options.fresh:
+            _wipe(state)
+        kept = (state / "etcd").exists()
+        plane = ControlPlane(state, components=(SCHEDULER, CONTROLLER_MANAGER, KWOK), log=say,
+                             audit=False)
+        try:
+            plane.start()
+        except ControlPlaneError as e:
+            hint = (f"\nthe local cluster kept in {state} did not start again; `make run-clean` "
+                    "(gpuclaimctl run --local --fresh) starts afresh") if kept else ""
+            raise SystemExit(f"gpuclaimctl: {e}{hint}") from None
+    except BaseException as e:
+        lock.close()
+        if isinstance(e, KeyboardInterrupt):
+            say(f"interrupted while starting; the local cluster's state is kept in {state}")
         raise
-    # A new etcd and API server on new ports: no write of an earlier
-    # process can reach them, so the controller need not wait for one.
+    cluster = LocalCluster(plane, lock)
+    try:
+        options = _local_options(options, state)
+        admin = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        install(admin)
+        controller = identity.controller_identity(plane, state / CONTROLLER_KUBECONFIG)
+        webhook = parse_bind_address(options.webhook_bind_address, "--webhook-bind-address")
+        if webhook is None:
+            unregister_webhook(admin)
+        else:
+            register_webhook(admin, f"https://{format_bind_address(*webhook)}")
+        contents = _contents(admin) if plane.resumed else ""
+    except BaseException:
+        cluster.stop()
+        raise
+    # A new API server process: the writes of an earlier run's controller
+    # went to the one that run stopped (with its etcd) before this one
+    # started, and etcd's kept data holds every one that landed, so none
+    # can land after the controller's first list here: it need not wait.
     startwait.own_api_server(str(plane.kubeconfig))
-    stable = publish_kubeconfig(plane.kubeconfig)
+    startwait.own_api_server(str(controller.kubeconfig))
+    if plane.resumed:
+        say(f"resuming the local cluster kept in {state}: {contents} "
+            "(`make run-clean` starts afresh)")
+    else:
+        say(f"a fresh local cluster, kept in {state} across runs "
+            "(`make run-clean` starts afresh)")
+    say(f"the controller runs as {controller.username} (deploy/'s roles), "
+        "not as the admin of the kubeconfig below")
+    if webhook is None:
+        say("no admission webhook (--no-local-webhook): pods are checked only after they are made")
+    else:
+        say(f"admission webhook on https://{format_bind_address(*webhook)}; "
+            "--no-local-webhook (GPUCLAIMCTL_LOCAL_WEBHOOK=false) runs without it")
     say("control plane ready; in another terminal:")
     # Bare lines, to copy as they are.
-    print(f"export KUBECONFIG={shlex.quote(str(stable))}\n"
+    print(f"export KUBECONFIG={shlex.quote(str(plane.kubeconfig))}\n"
           f"alias kubectl={shlex.quote(str(plane.bin['kubectl']))}\n"
           f"alias gpuclaimctl={shlex.quote(_tool())}\n"
           f"kubectl create namespace {SAMPLES_NAMESPACE}\n"
           f"kubectl apply -n {SAMPLES_NAMESPACE} -f {shlex.quote(str(DEPLOY / 'samples'))}",
           file=sys.stderr, flush=True)
-    return plane
+    # Still `local`: the process runs against the plane it started.
+    return cluster, dataclasses.replace(options, kubeconfig=str(controller.kubeconfig))
+
+
+def _lock(state: Path) -> IO[str]:
+    """Hold the state's lock until the returned file is closed (or the
+    process ends); refuse, with one line, while another run holds it."""
+    state.mkdir(parents=True, exist_ok=True)
+    f = open(state / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise SystemExit(f"gpuclaimctl: another `gpuclaimctl run --local` (pid {holder}) is using "
+                         f"{state}; stop it first, or set GPUCLAIMCTL_CACHE to keep a cluster "
+                         "elsewhere") from None
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def _wipe(state: Path) -> None:
+    """Remove the kept cluster (not the lock this run holds)."""
+    say(f"--fresh: removing the local cluster kept in {state}")
+    for child in state.iterdir():
+        if child.name == LOCK_FILE:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _local_options(options: Options, state: Path) -> Options:
+    """Endpoints on loopback (nothing beyond this machine reaches a demo);
+    the webhook there too, on a free port for port 0 (its configurations
+    name the port before it listens), its files in the state folder, its
+    certificate made for the address the API server calls; or off."""
+    options = dataclasses.replace(
+        options,
+        metrics_bind_address=on_loopback(options.metrics_bind_address, "--metrics-bind-address"),
+        health_bind_address=on_loopback(options.health_bind_address, "--health-bind-address"))
+    address = (on_loopback(options.webhook_bind_address, "--webhook-bind-address")
+               if options.local_webhook else "0")
+    bind = parse_bind_address(address, "--webhook-bind-address")
+    if bind is None:
+        return dataclasses.replace(options, webhook_bind_address="0")
+    host, port = bind
+    if port == 0:
+        port = _free_port(host)
+    cert_dir = options.webhook_cert_dir
+    if cert_dir == DEFAULT_WEBHOOK_CERT_DIR:
+        cert_dir = str(state / "webhook-certs")
+    hosts = options.webhook_hosts if host in options.webhook_hosts else (*options.webhook_hosts, host)
+    return dataclasses.replace(options, webhook_bind_address=format_bind_address(host, port),
+                               webhook_cert_dir=cert_dir, webhook_hosts=hosts)
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def register_webhook(admin: client.ApiClient, url: str) -> None:
+    """deploy/webhook.yaml's configurations calling `url`, and its empty
+    Secret for the certificate (the controller's roles may update it, not
+    create it; one kept from an earlier run keeps its certificate)."""
+    docs = identity.deploy_docs("webhook.yaml")
+    for doc in docs:
+        if doc["kind"] == "Secret":
+            _create(admin, f"/api/v1/namespaces/{doc['metadata']['namespace']}/secrets", doc)
+    identity.apply(admin, [configurations.with_url(d, url) for d in docs
+                           if d["kind"] in (MUTATING, VALIDATING)])
+
+
+def unregister_webhook(admin: client.ApiClient) -> None:
+    """Remove the configurations an earlier run registered: nothing serves them now."""
+    for doc in identity.deploy_docs("webhook.yaml"):
+        if doc["kind"] in (MUTATING, VALIDATING):
+            try:
+                kube.request(admin, "DELETE", identity.object_path(doc))
+            except NotFound:
+                pass
+
+
+def _contents(admin: client.ApiClient) -> str:
+    pods = len(kube.request_json(admin, "GET", "/api/v1/pods")["items"])
+    claims = len(kube.request_json(admin, "GET", "/apis/gpuclaimctl.io/v1alpha1/gpuclaims")["items"])
+    return f"{pods} pod{'s' * (pods != 1)}, {claims} GPU claim{'s' * (claims != 1)}"
 
 
 def _tool() -> str:
@@ -86,40 +277,14 @@ def _tool() -> str:
     return str(script) if script.exists() else f"{sys.executable} -m gpuclaimctl"
 
 
-def kubeconfig_link() -> Path:
-    """Where the running local plane's kubeconfig can always be found."""
-    return build.cache_root() / "local" / "kubeconfig"
-
-
-def publish_kubeconfig(kubeconfig: Path) -> Path:
-    """Point kubeconfig_link() at this plane's kubeconfig (the latest plane
-    started wins) until the process exits."""
-    link = kubeconfig_link()
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(f".{link.name}.{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(kubeconfig)
-    tmp.replace(link)  # atomic: a reader sees the old plane or the new one
-    atexit.register(_withdraw_kubeconfig, link, kubeconfig)
-    return link
-
-
-def _withdraw_kubeconfig(link: Path, kubeconfig: Path) -> None:
-    """Remove the link if it still names this plane (a later run owns it otherwise)."""
-    try:
-        if os.readlink(link) == str(kubeconfig):
-            link.unlink()
-    except OSError:
-        pass
-
-
 def install(api_client: client.ApiClient) -> None:
-    """CRDs, a GPUClass per model and the sample nodes; idempotent."""
+    """CRDs (applied: a kept cluster gets deploy/'s current ones), a
+    GPUClass per model and the sample nodes (made when missing); idempotent."""
     crds: list[str] = []
     for path in sorted((DEPLOY / "crds").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
-                _create(api_client, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+                identity.apply(api_client, [doc])
                 crds.append(doc["metadata"]["name"])
     if not crds:
         raise RuntimeError(f"no CRDs in {DEPLOY / 'crds'}: run from a checkout of gpuclaimctl")

@@ -35,7 +35,15 @@ MAX_WATCH_BATCH_WINDOW = 1.0
 class Options:
     kubeconfig: str | None = None
     context: str | None = None
+    # This process starts the local plane and runs against it (`run
+    # --local`); localdemo.start then sets `kubeconfig` to the controller's
+    # own there.
     local: bool = False
+    # With --local: serve the admission webhook to the local API server
+    # (localdemo registers it with a `url:` on loopback).
+    local_webhook: bool = True
+    # With --local: wipe the local cluster's kept state first.
+    fresh: bool = False
     workers: int = 16
     resync_period: float = 600.0
     # Under load, how long a watch event may wait to be read together with
@@ -119,11 +127,13 @@ class Options:
             # The local plane's kubeconfig has one context of its own.
             raise ValueError("--local starts its own control plane; "
                              "do not also give --kubeconfig or --context")
+        if self.fresh and not self.local:
+            raise ValueError("--fresh wipes the local control plane's state; give it with --local")
         for flag, addr in (("--metrics-bind-address", self.metrics_bind_address),
                            ("--health-bind-address", self.health_bind_address),
                            ("--webhook-bind-address", self.webhook_bind_address)):
             parse_bind_address(addr, flag)
-            if self.local and flag != "--webhook-bind-address":
+            if self.local and (flag != "--webhook-bind-address" or self.local_webhook):
                 on_loopback(addr, flag)
         if not self.webhook_cert_dir.strip():
             raise ValueError("--webhook-cert-dir must not be empty")

@@ -13,14 +13,16 @@ webhook's failurePolicy.
 
 Who the controller is (its own requests are never refused, even where the
 configurations' matchConditions did not already skip them) is asked of the
-API server once (a SelfSubjectReview of this process's credentials).
+API server once (a SelfSubjectReview of this process's credentials). A
+controller that is not a service account is warned about, once: it would
+let its user's own pods past the gate (`identity_warning`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,8 @@ WHOAMI_RETRY = 5.0
 # is going): the Service's endpoints reach every API server and kube-proxy a
 # moment after the pod is marked terminating, and a call still routed here
 # meanwhile would be refused (failurePolicy Fail) if nothing listened.
+# `run --local` registers a `url:` on loopback and no Service: nothing to
+# wait for there.
 DRAIN_SECONDS = 5.0
 # A live read of a namespace the cache does not show labelled yet.
 NAMESPACE_READ_TIMEOUT = 2.0
@@ -128,6 +132,23 @@ def _labels(ns: Mapping[str, Any] | None) -> Mapping[str, str] | None:
     return labels if isinstance(labels, Mapping) else {}
 
 
+def identity_warning(username: str, groups: Sequence[str]) -> str | None:
+    """What to say when the controller runs as `username`, if anything.
+
+    The webhook never gates, mutates or refuses the controller's own
+    requests, so a controller running with a person's credentials (the
+    admin kubeconfig of whoever started it) lets that person's pods past
+    the gate and every check. In a cluster it is its service account, and
+    deploy/webhook.yaml's matchConditions name that account alone."""
+    if configurations.is_service_account(username):
+        return None
+    admin = " (a cluster admin: system:masters)" if "system:masters" in groups else ""
+    return (f"the controller runs as {username!r}{admin}, not as a service account: its webhook "
+            "never gates, mutates or refuses that user's own requests, so pods they create skip "
+            "the gate and its checks; run it with its service account's credentials "
+            "(deploy/serviceaccount.yaml and its roles)")
+
+
 def secret_name(service: str) -> str:
     """The Secret holding the webhook's CA and certificate: `<service>-cert`."""
     return f"{service}-cert"
@@ -138,7 +159,9 @@ class Webhook:
 
     def __init__(self, api_client: client.ApiClient, options: Options, factory: SharedInformerFactory,
                  *, registry: CollectorRegistry | None = None, policy: CertPolicy = CertPolicy(),
-                 cert_interval: float = 60.0) -> None:
+                 cert_interval: float = 60.0, drain_seconds: float | None = None) -> None:
+        """`drain_seconds`: how long `stop` keeps answering after `begin_drain`
+        (DRAIN_SECONDS unless given)."""
         # Every replica's webhook sends these, the standby's too: a User-Agent
         # of their own keeps them apart from the leader's writes.
         self._api = kube.client_for(api_client, "webhook")
@@ -161,6 +184,7 @@ class Webhook:
         self._stop = threading.Event()
         self._whoami: threading.Thread | None = None
         self._draining_since: float | None = None
+        self._drain_seconds = drain_seconds
 
     def _read_namespace(self, name: str) -> Mapping[str, Any] | None:
         """One namespace from the API server, well inside the API server's
@@ -204,11 +228,15 @@ class Webhook:
             try:
                 review = kube.request_json(self._api, "POST", SELF_SUBJECT_REVIEWS, body={
                     "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}, timeout=10)
-                username = str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "")
+                info = (review.get("status") or {}).get("userInfo") or {}
+                username = str(info.get("username") or "")
                 if username:
                     self.view.set_controller_user(username)
                     _log.info("the webhook never refuses the controller's own requests",
                               extra={"user": username})
+                    warning = identity_warning(username, [str(g) for g in info.get("groups") or ()])
+                    if warning is not None:
+                        _log.warning(warning, extra={"user": username})
                     return
             except Exception as e:  # the configurations' matchConditions still skip it
                 _log.v(2).info("SelfSubjectReview failed, will retry", extra={"error": str(e)})
@@ -220,9 +248,10 @@ class Webhook:
             self._draining_since = time.monotonic()
 
     def stop(self) -> None:
-        """Stop serving, once DRAIN_SECONDS passed since `begin_drain` (if called)."""
+        """Stop serving, once `drain_seconds` passed since `begin_drain` (if called)."""
         if self._draining_since is not None:
-            left = self._draining_since + DRAIN_SECONDS - time.monotonic()
+            drain = DRAIN_SECONDS if self._drain_seconds is None else self._drain_seconds
+            left = self._draining_since + drain - time.monotonic()
             if left > 0:
                 time.sleep(left)
         self._stop.set()
@@ -239,4 +268,5 @@ def build_webhook(api_client: client.ApiClient, options: Options, factory: Share
     --webhook-bind-address 0."""
     if parse_bind_address(options.webhook_bind_address, "--webhook-bind-address") is None:
         return None
-    return Webhook(api_client, options, factory, registry=registry)
+    return Webhook(api_client, options, factory, registry=registry,
+                   drain_seconds=0.0 if options.local else None)

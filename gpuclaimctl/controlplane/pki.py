@@ -30,6 +30,29 @@ class PKI:
     sa_pub: Path
 
 
+def _paths(d: Path) -> PKI:
+    return PKI(
+        ca_cert=d / "ca.crt", ca_key=d / "ca.key",
+        serving_cert=d / "apiserver.crt", serving_key=d / "apiserver.key",
+        admin_cert=d / "admin.crt", admin_key=d / "admin.key",
+        sa_key=d / "sa.key", sa_pub=d / "sa.pub",
+    )
+
+
+def load_or_make_pki(directory: Path) -> PKI:
+    """The PKI already in directory, else a fresh one made there.
+
+    A plane whose etcd data is kept must keep its PKI too: the objects in
+    etcd were made with it (service-account tokens are signed with sa.key,
+    the kubeconfigs handed out trust ca.crt), so a new one would break them.
+    A directory missing any file (a make_pki that was interrupted) is made
+    afresh, whole."""
+    pki = _paths(directory)
+    if all(p.is_file() and p.stat().st_size > 0 for p in dataclasses.astuple(pki)):
+        return pki
+    return make_pki(directory)
+
+
 def make_pki(directory: Path) -> PKI:
     """Write a fresh CA and the certificates the plane needs into directory."""
     openssl = shutil.which("openssl")
@@ -37,12 +60,7 @@ def make_pki(directory: Path) -> PKI:
         raise PKIError("openssl is not installed; the local control plane needs it to make its CA")
     d = directory
     d.mkdir(parents=True, exist_ok=True)
-    pki = PKI(
-        ca_cert=d / "ca.crt", ca_key=d / "ca.key",
-        serving_cert=d / "apiserver.crt", serving_key=d / "apiserver.key",
-        admin_cert=d / "admin.crt", admin_key=d / "admin.key",
-        sa_key=d / "sa.key", sa_pub=d / "sa.pub",
-    )
+    pki = _paths(d)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _run(openssl, "req", "-x509", *ec, "-days", "3650",
          "-keyout", pki.ca_key, "-out", pki.ca_cert,

@@ -10,6 +10,15 @@ This is a development and test tool: it runs everything as the caller with
 one admin credential (system:masters), and it must never be pointed at
 anything but loopback.
 
+Without a `workdir` the plane is a throwaway: a temporary folder, removed
+by `stop()` (kept with GPUCLAIMCTL_KEEP_PLANE=1, for its logs), etcd without
+fsync. Given a `workdir` (`run --local` passes one under the cache), the
+plane's state is kept there across starts: etcd's data, and the PKI the
+objects in it depend on (service-account tokens are signed with its key);
+`resumed` says whether etcd's data was there already. The ports are new
+each start, the kubeconfig is rewritten for them, and the previous start's
+logs are moved to `logs.previous`.
+
 The API server keeps a Metadata-level audit log of the requests of service
 accounts only (`audit_events()`): tests run the controller as its service
 account to prove its RBAC, and read there what it actually did. The admin
@@ -38,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gpuclaimctl.controlplane import build
-from gpuclaimctl.controlplane.pki import PKI, make_pki
+from gpuclaimctl.controlplane.pki import PKI, load_or_make_pki
 
 APISERVER = "kube-apiserver"
 ETCD = "etcd"
@@ -111,6 +120,7 @@ class ControlPlane:
         ready_timeout: float = 90.0,
         admission_plugins: Iterable[str] = (),
         profiling: bool = False,
+        audit: bool = True,
     ) -> None:
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpuclaimctl-plane-"))
@@ -125,6 +135,11 @@ class ControlPlane:
         self._admission_plugins = list(admission_plugins)
         # kube-apiserver's /debug/pprof (benchmarks ask where its CPU goes).
         self._profiling = profiling
+        # The audit log of service accounts' requests (tests read it); a
+        # kept plane's would grow with every run of the controller.
+        self._audit = audit
+        # Whether etcd's data was there already when this plane started.
+        self.resumed = False
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.RLock()
         self.bin: dict[str, Path] = {}
@@ -159,30 +174,39 @@ class ControlPlane:
             self._atexit_registered = True
         try:
             self.bin = build.ensure_binaries(log=self._log, components=build.PLANE_COMPONENTS)
-            self.pki = make_pki(self.workdir / "pki")
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.resumed = (self.workdir / "etcd" / "member").is_dir()
+            if not self._owns_workdir:
+                self._set_previous_logs_aside()
+            self.pki = load_or_make_pki(self.workdir / "pki")
             self._write_kubeconfig()
             self._start_etcd()
             self.start_apiserver()
-            for component in self._wanted:
-                self.ensure(component)
+            self.ensure(*self._wanted)
         except BaseException:
             self.stop()
             raise
 
-    def ensure(self, component: str) -> None:
-        """Start an optional component if it is not running yet."""
-        with self._lock:
-            p = self._procs.get(component)
-            if p is not None and p.popen is not None and p.popen.poll() is None:
-                return
-            starters = {
-                SCHEDULER: self._start_scheduler,
-                CONTROLLER_MANAGER: self._start_controller_manager,
-                KWOK: self._start_kwok,
-            }
+    def ensure(self, *components: str) -> None:
+        """Start the optional components that are not running yet, side by
+        side, and return once they all stayed up for a moment."""
+        starters = {
+            SCHEDULER: self._start_scheduler,
+            CONTROLLER_MANAGER: self._start_controller_manager,
+            KWOK: self._start_kwok,
+        }
+        for component in components:
             if component not in starters:
                 raise ValueError(f"unknown component {component!r}")
-            starters[component]()
+        with self._lock:
+            started = []
+            for component in components:
+                p = self._procs.get(component)
+                if p is not None and p.popen is not None and p.popen.poll() is None:
+                    continue
+                starters[component]()
+                started.append(component)
+            self._wait_stayed_up(started)
 
     def running(self) -> dict[str, int]:
         """Name → pid of every component process still alive."""
@@ -192,6 +216,13 @@ class ControlPlane:
                 for n, p in self._procs.items()
                 if p.popen is not None and p.popen.poll() is None
             }
+
+    def _set_previous_logs_aside(self) -> None:
+        logs = self.workdir / "logs"
+        if logs.is_dir():
+            previous = self.workdir / "logs.previous"
+            shutil.rmtree(previous, ignore_errors=True)
+            logs.rename(previous)
 
     def stop(self) -> None:
         """Stop everything this plane started, newest first. Idempotent."""
@@ -206,8 +237,6 @@ class ControlPlane:
     def start_apiserver(self) -> None:
         assert self.pki is not None
         p = self.pki
-        policy = self.workdir / "audit-policy.json"
-        policy.write_text(json.dumps(AUDIT_POLICY))
         argv = [
             str(self.bin[APISERVER]),
             f"--etcd-servers={self.etcd_endpoint}",
@@ -235,12 +264,17 @@ class ControlPlane:
             # the cache would keep serving old revisions from its own window.
             f"--watch-cache-sizes={UNCACHED_RESOURCE}#0",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={self.audit_log}",
-            "--audit-log-format=json",
-            # Each event is on disk before its request's response is sent.
-            "--audit-log-mode=blocking",
         ]
+        if self._audit:
+            policy = self.workdir / "audit-policy.json"
+            policy.write_text(json.dumps(AUDIT_POLICY))
+            argv += [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                # Each event is on disk before its request's response is sent.
+                "--audit-log-mode=blocking",
+            ]
         if self._admission_plugins:
             argv.append(f"--enable-admission-plugins={','.join(self._admission_plugins)}")
         self._spawn(APISERVER, argv)
@@ -307,10 +341,11 @@ class ControlPlane:
             f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=default={peer}",
             "--listen-metrics-urls=",
-            # A throwaway store: fsync buys nothing here and slows every write.
-            "--unsafe-no-fsync",
             "--log-level=warn",
         ]
+        if self._owns_workdir:
+            # A throwaway store: fsync buys nothing here and slows every write.
+            argv.append("--unsafe-no-fsync")
         self._spawn(ETCD, argv)
         self._wait_ready(ETCD, self._etcd_healthy)
 
@@ -337,7 +372,6 @@ class ControlPlane:
     def _start_scheduler(self) -> None:
         argv = [str(self.bin[SCHEDULER]), *self._component_auth(SCHEDULER), "--leader-elect=false"]
         self._spawn(SCHEDULER, argv)
-        self._wait_lease_or_log(SCHEDULER)
 
     def _start_controller_manager(self) -> None:
         assert self.pki is not None
@@ -354,7 +388,6 @@ class ControlPlane:
             "--concurrent-gc-syncs=5",
         ]
         self._spawn(CONTROLLER_MANAGER, argv)
-        self._wait_lease_or_log(CONTROLLER_MANAGER)
 
     def _start_kwok(self) -> None:
         argv = [
@@ -368,17 +401,19 @@ class ControlPlane:
             "--node-lease-duration-seconds=40",
         ]
         self._spawn(KWOK, argv)
-        self._wait_lease_or_log(KWOK)
 
-    def _wait_lease_or_log(self, name: str) -> None:
+    def _wait_stayed_up(self, names: list[str]) -> None:
         # These components have no readiness endpoint we can reach without
-        # more certificates; it is enough that they stay up for a moment and
-        # have written to their log (they log on start).
-        p = self._procs[name]
+        # more certificates; it is enough that they stay up for a moment
+        # (together: they start side by side).
+        if not names:
+            return
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
-            if p.popen is not None and p.popen.poll() is not None:
-                raise ControlPlaneError(self._failure(name, "exited during start"))
+            for name in names:
+                p = self._procs[name]
+                if p.popen is not None and p.popen.poll() is not None:
+                    raise ControlPlaneError(self._failure(name, "exited during start"))
             time.sleep(0.1)
 
     # -- processes ---------------------------------------------------------
@@ -472,5 +507,9 @@ class ControlPlane:
             "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
             "current-context": "local",
         }
-        # JSON is YAML; every Kubernetes client reads it.
-        self.kubeconfig.write_text(json.dumps(config, indent=2))
+        # JSON is YAML; every Kubernetes client reads it. Replaced whole: a
+        # reader never sees half a file, and a link left at this path is
+        # replaced, not followed.
+        tmp = self.kubeconfig.with_name(f".{self.kubeconfig.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(config, indent=2))
+        tmp.replace(self.kubeconfig)

@@ -26,6 +26,7 @@ lookup in the caches.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -179,5 +180,26 @@ def render(client: Mapping[str, Any], *, controller_username: str,
     return mutating, validating
 
 
+def with_url(configuration: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """`configuration` (one `render` made for a Service, as deploy/webhook.yaml
+    holds it) calling `url` (`https://host:port`) instead, each webhook on
+    its own path; everything else, the scoping first, is unchanged. Run
+    outside the cluster (`run --local`), the controller is reached so."""
+    out = copy.deepcopy(dict(configuration))
+    for hook in out.get("webhooks") or ():
+        old = hook.get("clientConfig") or {}
+        path = str((old.get("service") or {}).get("path") or "")
+        hook["clientConfig"] = _client({"url": url}, path, str(old.get("caBundle") or ""))
+    return out
+
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
 def service_account_username(namespace: str, name: str) -> str:
-    return f"system:serviceaccount:{namespace}:{name}"
+    return f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
+
+
+def is_service_account(username: str) -> bool:
+    """Whether `username` is a service account's, as the API server names them."""
+    return username.startswith(SERVICE_ACCOUNT_PREFIX)
