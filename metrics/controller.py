@@ -33,6 +33,9 @@ MAX_NAMESPACES = 100
 # The label value of every namespace past the limit. A namespace really
 # named `other` shares it.
 OTHER_NAMESPACE = "other"
+# Where a claim the controller creates for a pod comes from: the values of
+# model.podclaims.EntrySource that make one (a `claim:` entry names one).
+CLAIM_SOURCES = ("template", "inline")
 
 
 class NamespaceLabels:
@@ -153,9 +156,19 @@ class ControllerMetrics:
                  state: Callable[[], StateSample] | None = None,
                  *, max_namespaces: int = MAX_NAMESPACES) -> None:
         self.namespaces = NamespaceLabels(max_namespaces)
+        self.claims_created = Counter(
+            "gpuclaimctl_claims_created_total",
+            "GPUClaims created for pods, by the entry they were made from: source=template "
+            "(a GPUClaimTemplate) or inline (the entry's className and count).",
+            ["source"], registry=registry)
+        for source in CLAIM_SOURCES:  # both exported from the start, so rate() sees the first
+            self.claims_created.labels(source)
+        # The name it had before claims_created: kept so dashboards and rules
+        # built on it keep working; it always counted inline claims too.
         self.template_claims_created = Counter(
             "gpuclaimctl_template_claims_created_total",
-            "GPUClaims created from a pod's template or inline entry.", registry=registry)
+            "Deprecated, use gpuclaimctl_claims_created_total: the same total, GPUClaims created "
+            "from a pod's template or inline entry.", registry=registry)
         self.placements = Counter(
             "gpuclaimctl_placements_total",
             "Placement decisions by result (placed, waiting) and reason.",
@@ -192,6 +205,12 @@ class ControllerMetrics:
         """Export gpuclaimctl_pods_waiting and ..._longest_seconds, from the
         pods `waits` returns at scrape time (once)."""
         self._registry.register(_WaitingCollector(waits, self.namespaces))
+
+    def claim_created(self, source: str) -> None:
+        """A GPUClaim was created for a pod from an entry of `source`
+        (CLAIM_SOURCES: "template" or "inline")."""
+        self.claims_created.labels(source).inc()
+        self.template_claims_created.inc()
 
     def observe_release(self, namespace: str, seconds: float) -> None:
         """A pod of `namespace` was released `seconds` after its creation."""

@@ -23,6 +23,7 @@ import yaml  # type: ignore[import-untyped]
 from click.core import ParameterSource
 from kubernetes import client
 
+from gpuclaimctl.cmd import chartschema
 from gpuclaimctl.controlplane import ControlPlane, build
 from tests.helpers import wait_for
 from tests.test_deploy_manifests import (
@@ -230,7 +231,7 @@ def test_chart_refuses_several_replicas_without_leader_election(helm: list[str])
 @pytest.mark.parametrize("value", [
     pytest.param("replica=3", id="misspelt-key"),
     pytest.param("logFormat=yaml", id="unknown-log-format"),
-    pytest.param("flags.leader-elect=false", id="flag-the-chart-sets"),
+    pytest.param("flags.workerz=8", id="unknown-flag"),
 ])
 def test_chart_refuses_values_it_does_not_know(helm: list[str], value: str) -> None:
     done = run_helm(helm, "template", RELEASE, str(CHART), "--set", value, ok=False)
@@ -246,7 +247,15 @@ def test_flags_are_options_of_gpuclaimctl_run(
              "resync-period": "0", "event-qps": 2.5}
     args = container(render(helm, values_json={"flags": flags}))["args"]
     assert args[:2] == ["run", "--leader-elect"]
+    ctx = parsed_by_gpuclaimctl(args, monkeypatch)
+    from_args = {p for p in ctx.params
+                 if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE}
+    assert from_args == {"leader_elect"} | {f.replace("-", "_") for f in flags}
+    assert ctx.params["workers"] == 8
 
+
+def parsed_by_gpuclaimctl(args: list[str], monkeypatch: pytest.MonkeyPatch) -> click.Context:
+    """The container's arguments as `gpuclaimctl` parses them (no GPUCLAIMCTL_* set)."""
     cli = pytest.importorskip("gpuclaimctl.cmd.cli")
     main: click.Group = cli.main
     for name in list(os.environ):
@@ -255,11 +264,105 @@ def test_flags_are_options_of_gpuclaimctl_run(
     parent = main.make_context("gpuclaimctl", [args[0]])
     command = main.get_command(parent, args[0])
     assert command is not None
-    ctx = command.make_context(args[0], list(args[1:]), parent=parent)
-    from_args = {p for p in ctx.params
-                 if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE}
-    assert from_args == {"leader_elect"} | {f.replace("-", "_") for f in flags}
-    assert ctx.params["workers"] == 8
+    return command.make_context(args[0], list(args[1:]), parent=parent)
+
+
+# -- flags: the schema knows `gpuclaimctl run`'s options (issue 45) ---------------
+
+SCHEMA = CHART / "values.schema.json"
+FLAGS_TEMPLATE = CHART / "templates" / "_flags.tpl"
+
+
+def schema_flags() -> Obj:
+    flags: Obj = json.loads(SCHEMA.read_text())["properties"]["flags"]
+    return flags
+
+
+def test_the_flags_schema_and_template_are_what_make_chart_schema_writes() -> None:
+    """Both are generated from `run`'s click options: an option added,
+    renamed or retyped fails here until `make chart-schema` is run."""
+    from gpuclaimctl.cmd.cli import run
+
+    assert SCHEMA.read_text() == chartschema.render_values_schema(SCHEMA.read_text(), run), \
+        "values.schema.json's flags are not run's options: run `make chart-schema`"
+    assert FLAGS_TEMPLATE.read_text() == chartschema.render_flags_template(), \
+        "templates/_flags.tpl is not chartschema.NOT_HERE: run `make chart-schema`"
+
+
+def test_the_flags_schema_lists_every_run_option_and_nothing_else() -> None:
+    from gpuclaimctl.cmd.cli import run
+
+    flags = schema_flags()
+    assert flags["additionalProperties"] is False
+    options = [p for p in run.params if isinstance(p, click.Option)]
+    assert list(flags["properties"]) == [chartschema.flag_name(o) for o in options]
+    for name, why in chartschema.NOT_HERE.items():
+        assert why in flags["properties"][name]["description"], name
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(("template", RELEASE, str(CHART)), id="template"),
+    pytest.param(("lint", "--strict", str(CHART)), id="lint"),
+])
+def test_a_flag_run_does_not_have_is_refused_by_name(helm: list[str], command: tuple[str, ...]) -> None:
+    """It used to render --workerz=8, and the pod crash-looped."""
+    done = run_helm(helm, *command, "--set-json", 'flags={"workerz":8}', ok=False)
+    assert done.returncode != 0
+    assert "at '/flags': additional properties 'workerz' not allowed" in done.stdout + done.stderr
+
+
+def test_a_flag_of_the_wrong_type_is_refused(helm: list[str]) -> None:
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--set-json", 'flags={"workers":"many"}', ok=False)
+    assert done.returncode != 0 and "at '/flags/workers': got string, want integer" in done.stderr
+
+
+def test_leader_elect_in_flags_is_refused_pointing_at_leader_election_enabled(helm: list[str]) -> None:
+    """It used to fail with a schema error about an unrelated key
+    (/podDisruptionBudget, /tolerations: whichever helm reported)."""
+    said = "flags.leader-elect is not allowed: the chart sets it from leaderElection.enabled"
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--set-json", 'flags={"leader-elect":false}', ok=False)
+    assert done.returncode != 0 and said in done.stderr
+    # helm lint evaluates no template's `fail` (nor the replicas rule's):
+    # it passes, printing the message.
+    linted = run_helm(helm, "lint", str(CHART), "--set-json", 'flags={"leader-elect":false}', ok=False)
+    assert said in linted.stdout + linted.stderr
+
+
+def test_every_flag_the_chart_sets_itself_is_refused_with_what_sets_it(helm: list[str]) -> None:
+    for name, why in chartschema.NOT_HERE.items():
+        done = run_helm(helm, "template", RELEASE, str(CHART), "--set-json", f'flags={{"{name}":"x"}}', ok=False)
+        assert done.returncode != 0, f"flags.{name} rendered"
+        assert f"flags.{name} is not allowed: {why}" in done.stderr, done.stderr
+
+
+def sample(schema: Obj) -> Any:
+    """A value of the JSON type `schema` says, other than a default."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][-1]
+    kind = schema.get("type")
+    samples = {"boolean": False, "integer": 3, "number": 2.5, "string": "x", "array": None}
+    if kind == "array":
+        return [sample(schema["items"]), sample(schema["items"])]
+    if isinstance(kind, list):  # a duration
+        return "90s"
+    return samples[kind]
+
+
+def test_a_value_of_each_flag_s_schema_type_renders_options_run_accepts(
+    helm: list[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuclaimctl.cmd.cli import run
+
+    flags = {name: sample(s) for name, s in schema_flags()["properties"].items()
+             if name not in chartschema.NOT_HERE}
+    args = container(render(helm, values_json={"flags": flags}))["args"]
+    ctx = parsed_by_gpuclaimctl(args, monkeypatch)
+    from_args = {p for p in ctx.params if ctx.get_parameter_source(p) is ParameterSource.COMMANDLINE}
+    names = {chartschema.flag_name(p): p.name for p in run.params if isinstance(p, click.Option)}
+    assert from_args == {"leader_elect"} | {names[f] for f in flags}
+    assert ctx.params["webhook_hosts"] == ("x", "x") and ctx.params["webhook_self_signed"] is False
 
 
 def test_service_monitor_scrapes_the_metrics_port_of_every_controller_pod(

@@ -3,6 +3,8 @@ gauges, the budget gauges, and on the real controller."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 from functools import partial
 from types import SimpleNamespace
@@ -13,11 +15,21 @@ from prometheus_client import CollectorRegistry
 
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.controller import Controller
-from metrics.controller import OTHER_NAMESPACE, ControllerMetrics, NamespaceLabels, PodWait, StateSample
+from gpuclaimctl.model.podclaims import EntrySource
+from metrics.controller import (
+    CLAIM_SOURCES,
+    OTHER_NAMESPACE,
+    ControllerMetrics,
+    NamespaceLabels,
+    PodWait,
+    StateSample,
+)
+from tests.sim.fakeapi import TEMPLATES
 from tests.sim.harness import NS
 from tests.test_budgets import BudgetStory
 from tests.helpers import wait_for
 from tests.test_options_cli import captured, invoke  # noqa: F401  (captured is a fixture)
+from tests.test_sync_scenarios import Story
 
 
 def test_the_first_namespaces_keep_their_label_and_later_ones_are_other() -> None:
@@ -107,6 +119,48 @@ def test_a_namespace_admitted_by_the_waiting_gauge_keeps_its_label_for_releases(
                                      {"namespace": OTHER_NAMESPACE}) == 1
 
 
+def test_claims_created_are_counted_by_source_and_the_old_name_keeps_the_total() -> None:
+    registry = CollectorRegistry()
+    m = ControllerMetrics(registry)
+
+    def created(source: str) -> float | None:
+        return registry.get_sample_value("gpuclaimctl_claims_created_total", {"source": source})
+
+    assert (created("template"), created("inline")) == (0, 0), "both series exist before the first claim"
+    m.claim_created("inline")
+    m.claim_created("inline")
+    m.claim_created("template")
+    assert (created("template"), created("inline")) == (1, 2)
+    # The deprecated name, for dashboards built on it: every claim, as before.
+    assert registry.get_sample_value("gpuclaimctl_template_claims_created_total") == 3
+    # The sources are the entries that make a claim (a `claim:` entry names one).
+    assert set(CLAIM_SOURCES) == {s.value for s in EntrySource} - {EntrySource.CLAIM.value}
+
+
+def test_a_claim_made_from_an_inline_entry_is_counted_and_logged_as_inline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 45: every claim made for a pod was counted and logged as a
+    template claim, the inline ones too."""
+    s = Story(nodes=(8,))
+    s.fake.create(TEMPLATES, {"metadata": {"name": "pair", "namespace": NS},
+                              "spec": {"spec": {"className": "alpha", "count": 2}}})
+    registry = CollectorRegistry()
+    s.ctl.ctx = dataclasses.replace(s.ctl.ctx, metrics=ControllerMetrics(registry))
+    s.pod("p", [{"name": "two", "template": "pair"}, {"name": "one", "className": "alpha", "count": 1}])
+    s.see_all()
+    with caplog.at_level(logging.DEBUG, logger="gpuclaimctl.sync.pods"):
+        s.sync(f"pod:{NS}/p")
+    assert not s.gated("p")
+    assert registry.get_sample_value("gpuclaimctl_claims_created_total", {"source": "template"}) == 1
+    assert registry.get_sample_value("gpuclaimctl_claims_created_total", {"source": "inline"}) == 1
+    made = {r.__dict__["claim"]: r for r in caplog.records if "created" in r.getMessage()}
+    assert set(made) == {"p-two", "p-one"}
+    assert {claim: r.__dict__.get("source") for claim, r in made.items()} == {"p-two": "template",
+                                                                             "p-one": "inline"}
+    assert "template" not in made["p-one"].getMessage()
+
+
 def test_budget_gauges_show_each_limit_and_its_use_and_fold_namespaces_past_the_limit() -> None:
     registry = CollectorRegistry()
     figures = {("team-a", "quota", "a100", "limit"): 16, ("team-a", "quota", "a100", "used"): 12,
@@ -178,7 +232,10 @@ def test_the_controller_gauges_a_waiting_pod_by_reason_and_times_a_release_in_it
         cls = cluster.gpu_class("a100")
         rc = run_controller()
         cluster.pod("fits", [{"name": "g", "className": cls, "count": 1}])
-        cluster.pod("too-big", [{"name": "g", "className": cls, "count": 4}])
+        wait_for(lambda: rc.metric("gpuclaimctl_pod_release_seconds_count", namespace=namespace) == 1,
+                 timeout=30, message="the pod that fits released first")
+        # 2 on the node of 2, 1 taken: Capacity (4 would be Unsatisfiable).
+        cluster.pod("too-big", [{"name": "g", "className": cls, "count": 2}])
         cluster.pod("no-class", [{"name": "g", "className": f"{cls}-missing", "count": 1}])
         # No claim to carry a Waiting condition: counted by what it was told, not as Pending.
         cluster.pod("no-claim", [{"name": "g", "claim": "nosuchclaim"}])

@@ -35,7 +35,7 @@ from gpuclaimctl.model.api import (
 from gpuclaimctl.client.kube import request_json
 from gpuclaimctl.model.podclaims import template_claim_name
 from gpuclaimctl.cmd import statusview
-from gpuclaimctl.cmd.statusview import BUDGETS_TITLE, human_duration, render
+from gpuclaimctl.cmd.statusview import BUDGETS_TITLE, GPUS_TITLE, human_duration, render
 
 GPU = "nvidia.com/gpu"
 AMD = "amd.com/gpu"
@@ -152,7 +152,7 @@ def section(text: str, title: str) -> list[dict[str, str]] | None:
 
 
 def gpus_by_node_class(text: str) -> dict[tuple[str, str], dict[str, str]]:
-    return {(r["NODE"], r["CLASS"]): r for r in section(text, "GPUs per node and class") or []}
+    return {(r["NODE"], r["CLASS"]): r for r in section(text, GPUS_TITLE) or []}
 
 
 # -- GPUs per node and class ---------------------------------------------------
@@ -165,7 +165,7 @@ def test_a_node_offering_two_classes_is_listed_under_both_with_bound_counted_by_
               claim("nb", "any-nvidia", 1, ns="other", phase="Bound", node_name="gpu-a")]
     rows = gpus_by_node_class(render(nodes, classes, claims, [], NOW))
     # Both classes count the same nvidia.com/gpu: each row shows every claim on it.
-    expected = {"RESOURCE": GPU, "ALLOCATABLE": "8", "BOUND": "4", "FREE": "4", "STATE": "Ready"}
+    expected = {"RESOURCE": GPU, "ALLOCATABLE": "8", "BOUND": "4", "OTHER": "0", "FREE": "4", "STATE": "Ready"}
     assert rows[("gpu-a", "a100")] == {"NODE": "gpu-a", "CLASS": "a100", **expected}
     assert rows[("gpu-a", "any-nvidia")] == {"NODE": "gpu-a", "CLASS": "any-nvidia", **expected}
 
@@ -210,7 +210,31 @@ def test_pods_using_gpus_without_claims_take_free_gpus_but_are_not_bound() -> No
         running_pod("elsewhere", "gpu-b", 1),
     ]
     row = gpus_by_node_class(render(nodes, [gpu_class("a100")], claims, pods, NOW))[("gpu-a", "a100")]
-    assert (row["ALLOCATABLE"], row["BOUND"], row["FREE"]) == ("8", "2", "3")
+    assert (row["ALLOCATABLE"], row["BOUND"], row["OTHER"], row["FREE"]) == ("8", "2", "3", "3")
+
+
+def test_a_pod_without_claims_shows_its_gpus_as_other_so_the_columns_add_up() -> None:
+    """Issue 45: `8 total, 0 bound, 7 free` left a GPU unaccounted for."""
+    row = gpus_by_node_class(render([nvidia("gpu-a", 8)], [gpu_class("a100")], [],
+                                    [running_pod("legacy", "gpu-a", 1)], NOW))[("gpu-a", "a100")]
+    assert (row["ALLOCATABLE"], row["BOUND"], row["OTHER"], row["FREE"]) == ("8", "0", "1", "7")
+
+
+def test_allocatable_is_bound_plus_other_plus_free_on_every_row() -> None:
+    nodes = [nvidia("gpu-a", 8), node("mixed", {GPU: "4", AMD: "4"}), nvidia("full", 2)]
+    classes = [gpu_class("a100"), gpu_class("mi300", resource=AMD)]
+    claims = [claim("c", "a100", 2, phase="Bound", node_name="gpu-a", reserved_for=["greedy"]),
+              claim("m", "mi300", 3, phase="Bound", node_name="mixed"),
+              claim("f", "a100", 2, phase="Bound", node_name="full")]
+    pods = [running_pod("greedy", "gpu-a", 3),  # one GPU more than its claim holds
+            running_pod("legacy", "mixed", 2, resource=AMD), running_pod("over", "full", 1)]
+    rows = gpus_by_node_class(render(nodes, classes, claims, pods, NOW))
+    assert {k: (r["BOUND"], r["OTHER"], r["FREE"]) for k, r in rows.items()} == {
+        ("gpu-a", "a100"): ("2", "1", "5"), ("mixed", "a100"): ("0", "0", "4"),
+        ("mixed", "mi300"): ("3", "2", "-1"), ("full", "a100"): ("2", "1", "-1")}
+    for r in rows.values():
+        assert int(r["ALLOCATABLE"]) == int(r["BOUND"]) + int(r["OTHER"]) + int(r["FREE"]), r
+    assert "OTHER" in GPUS_TITLE and "without" in GPUS_TITLE
 
 
 def test_an_overcommitted_node_shows_negative_free_rather_than_hiding_it() -> None:
@@ -464,7 +488,7 @@ def test_a_multi_line_message_stays_on_its_row() -> None:
 
 def test_an_empty_cluster_says_none_in_every_section() -> None:
     assert render([], [], [], [], NOW) == (
-        f"GPUs per node and class\nnone\n\nClaims by phase\nnone\n\n{BUDGETS_TITLE}\nnone\n\n"
+        f"{GPUS_TITLE}\nnone\n\nClaims by phase\nnone\n\n{BUDGETS_TITLE}\nnone\n\n"
         "Waiting pods\nnone\n"
     )
 
@@ -603,7 +627,7 @@ def test_status_lists_the_cluster_s_classes_claims_and_waiting_pods(
 
     row = gpus_by_node_class(text)[(cluster_objects["node"], cluster_objects["class"])]
     assert row == {"NODE": cluster_objects["node"], "CLASS": cluster_objects["class"], "RESOURCE": GPU,
-                   "ALLOCATABLE": "4", "BOUND": "0", "FREE": "4", "STATE": "NotReady"}
+                   "ALLOCATABLE": "4", "BOUND": "0", "OTHER": "0", "FREE": "4", "STATE": "NotReady"}
 
     phases = {r["CLASS"]: r for r in section(text, "Claims by phase") or []}
     assert phases[cluster_objects["class"]] == {"CLASS": cluster_objects["class"], "PENDING": "1",

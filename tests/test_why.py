@@ -382,6 +382,70 @@ def test_why_a_pod_whose_claim_the_api_server_refuses_says_so_not_that_the_contr
     assert "The controller says: nothing yet" in why.render_text(stale)
 
 
+def _too_big(said: tuple[str, str] | None = None) -> tuple[dict[str, Any], ClusterObjects]:
+    """A pod whose claim of 9 GPUs waits on one node of 8, its claim carrying
+    `said` (reason, message) as its Waiting condition."""
+    status: dict[str, Any] = {} if said is None else {"conditions": [{
+        "type": "Waiting", "status": "True", "reason": said[0], "message": said[1],
+        "lastTransitionTime": "2025-06-01T11:58:00Z"}]}
+    big = {"metadata": {"name": "big", "namespace": "team", "uid": "u1"},
+           "spec": {"className": "a100", "count": 9}, "status": status}
+    return (api_pod("trainer", [{"name": "gpu", "claim": "big"}]),
+            ClusterObjects(nodes=[api_node("a0", 8, {"p": "a100"})], classes=[CLASS], claims=[big]))
+
+
+def _decided_now() -> tuple[str, str]:
+    """The reason and message a decision made now gives _too_big's pod."""
+    outcome = why.build(*_too_big(), NOW).outcome
+    assert outcome is not None and outcome.explanation is not None
+    decision = outcome.explanation.decision
+    assert isinstance(decision, Waiting)
+    return str(decision.reason), decision.message
+
+
+def _warning(said: tuple[str, str]) -> dict[str, Any]:
+    return {"type": "Warning", "reason": said[0], "message": said[1], "source": {"component": "gpuclaimctl"},
+            "lastTimestamp": "2025-06-01T11:59:00Z"}
+
+
+def test_why_says_once_what_the_claims_the_warning_and_the_decision_made_now_all_say() -> None:
+    """Issue 45: one message printed three times (controller says, latest
+    warning event, decided now) when they agree."""
+    reason, message = now = _decided_now()
+    report = why.build(*_too_big(now), NOW, events=[_warning(now)])
+    text = why.render_text(report)
+    assert text.count(message) == 1, text
+    assert f"The controller says (since 2025-06-01T11:58:00Z (2m ago)): {reason}: {message}\n" \
+           "Its latest warning event (2025-06-01T11:59:00Z (60s ago)) and a decision made now say the same.\n" \
+           in text
+    assert "Decided now" not in text
+    # -o json keeps each of them, for a script.
+    doc = json.loads(why.render_json(report))
+    assert doc["controller"]["message"] == doc["lastWarning"]["message"] == doc["decision"]["message"] == message
+
+
+def test_why_shows_in_full_only_what_says_something_else() -> None:
+    reason, message = now = _decided_now()
+    older = ("ClassNotFound", "an older wait")
+    # The warning event is older news: in full; the decision agrees with the claim.
+    text = why.render_text(why.build(*_too_big(now), NOW, events=[_warning(older)]))
+    assert text.count(message) == 1, text
+    assert f"{reason}: {message}\nA decision made now says the same.\n" \
+           "Its latest warning event (2025-06-01T11:59:00Z (60s ago)): ClassNotFound: an older wait\n" in text
+    # The claim's condition is stale; the warning and the decision agree.
+    text = why.render_text(why.build(*_too_big(older), NOW, events=[_warning(now)]))
+    assert text.count(message) == 1, text
+    assert f"ClassNotFound: an older wait\nIts latest warning event (2025-06-01T11:59:00Z (60s ago)): " \
+           f"{reason}: {message}\nA decision made now says the same.\n" in text
+    # Each says something else: each in full.
+    text = why.render_text(why.build(*_too_big(older), NOW, events=[_warning((reason, "older still"))]))
+    assert "ClassNotFound: an older wait" in text and f"{reason}: older still" in text
+    assert f"Decided now: waits, {reason}: {message}" in text and "the same" not in text
+    # No condition and no event: the decision in full, as before.
+    text = why.render_text(why.build(*_too_big(), NOW))
+    assert "The controller says: nothing yet" in text and f"Decided now: waits, {reason}: {message}" in text
+
+
 def test_why_a_released_pod_says_where_it_went_and_when() -> None:
     p = api_pod("trainer", [{"name": "gpu", "className": "a100", "count": 1}], gated=False,
                 annotations={PLACED_NODE_ANNOTATION: "a0"},
@@ -596,3 +660,15 @@ def test_why_does_not_say_what_a_claim_other_pods_name_too_waits_for() -> None:
     alone = ClusterObjects(nodes=objects.nodes, classes=[CLASS], claims=[shared], pods=[a])
     said = why.build(a, alone, NOW).said
     assert said is not None and said.message == "b's wait"  # no other pod names it: its own
+
+
+def test_why_a_gang_member_says_the_decision_is_its_own_set_alone_and_the_gang_is_placed_whole() -> None:
+    from gpuclaimctl.model.api import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+
+    member = {"metadata": {"name": "train-0", "namespace": "ns", "annotations": {
+        GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "4"}}}
+    note = why.gang_note(member)
+    assert "member of gang train (size 4)" in note and "all at once or none" in note
+    assert why.gang_note({"metadata": {"name": "p", "namespace": "ns"}}) == ""
+    bad = {"metadata": {"name": "p", "namespace": "ns", "annotations": {GANG_ANNOTATION: "Bad_Name"}}}
+    assert "gang annotations are wrong" in why.gang_note(bad)

@@ -4,9 +4,12 @@ Four sections, each read from one list of each resource:
 1. GPUs per node and class: a node is listed under every class it offers
    (the class's nodeSelector matches and the node has the class's resource).
    BOUND is what Bound claims hold on the node for that resource (all
-   classes sharing it); FREE also takes off the GPU requests of pods that
-   no claim accounts for, as placement does (DESIGN.md §4). FREE can be
+   classes sharing it); OTHER the GPU requests of pods that no claim
+   accounts for (a pod without claims, or asking for more than its claims
+   hold), which placement takes off too (DESIGN.md §4); FREE is the rest,
+   so ALLOCATABLE = BOUND + OTHER + FREE on every row. FREE can be
    negative: that is an overcommitted node, shown rather than hidden.
+   Placements in flight are the controller's alone and not shown.
 2. Claims by phase, per class.
 3. GPUBudgets per namespace, one row per limit: the limit, the GPUs the
    namespace's claims of the classes it covers hold (HELD: Bound, or Lost
@@ -84,6 +87,7 @@ class NodeClassRow:
     resource: str
     allocatable: int
     bound: int
+    other: int  # used by pods beyond what claims hold: allocatable == bound + other + free
     free: int
     state: str
 
@@ -148,14 +152,17 @@ def gpu_rows(
                 continue
             resource = cls.resource_name
             allocatable = node.allocatable.get(resource, 0)
+            claimed = bound[node.name, resource]
+            in_use = used.get(resource, {}).get(node.name, 0)  # claimed, plus pods beyond their claims
             rows.append(
                 NodeClassRow(
                     node=node.name,
                     class_name=cls.name,
                     resource=resource,
                     allocatable=allocatable,
-                    bound=bound[node.name, resource],
-                    free=allocatable - used.get(resource, {}).get(node.name, 0),
+                    bound=claimed,
+                    other=in_use - claimed,
+                    free=allocatable - in_use,
                     state=node_state(node),
                 )
             )
@@ -452,9 +459,10 @@ def render(
     per_limit = budget_rows(budgets, claims, waiting)
     sections = [
         _section(
-            "GPUs per node and class",
-            ("NODE", "CLASS", "RESOURCE", "ALLOCATABLE", "BOUND", "FREE", "STATE"),
-            [(r.node, r.class_name, r.resource, r.allocatable, r.bound, r.free, r.state) for r in gpus],
+            GPUS_TITLE,
+            ("NODE", "CLASS", "RESOURCE", "ALLOCATABLE", "BOUND", "OTHER", "FREE", "STATE"),
+            [(r.node, r.class_name, r.resource, r.allocatable, r.bound, r.other, r.free, r.state)
+             for r in gpus],
         ),
         _section(
             "Claims by phase",
@@ -484,6 +492,8 @@ def render(
     return "\n\n".join("\n".join(s) for s in sections) + "\n"
 
 
+GPUS_TITLE = ("GPUs per node and class (OTHER: in use by pods without a claim for them; "
+              "FREE = ALLOCATABLE - BOUND - OTHER)")
 BUDGETS_TITLE = "GPU budgets per namespace (HELD: GPUs claims hold now; placements in flight are not seen here)"
 
 

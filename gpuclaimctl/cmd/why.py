@@ -32,9 +32,11 @@ from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
 from gpuclaimctl.cmd.statusview import BudgetRow, StatusError, human_duration, table
 from gpuclaimctl.decide import podplan
+from gpuclaimctl.decide.placement import Placed
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
 from gpuclaimctl.model import keys
 from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
+from gpuclaimctl.model.gangs import GangError, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time
 
@@ -281,6 +283,19 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     not_made = refused(r)
     rows = decisionview.claim_rows(out.claims, exists, {n: REFUSED_NOTE for n in not_made})
     lines += ["", *table(decisionview.CLAIM_HEADERS, rows), ""]
+    assert out.explanation is not None
+    decision = out.explanation.decision
+    # The claims' Waiting condition, the latest warning event and a decision
+    # made now usually say the same: it is shown once, and another one in
+    # full only where it says something else (issue 45).
+    decided = None if isinstance(decision, Placed) else (str(decision.reason), decision.message)
+    said = None if r.said is None else (r.said.reason, r.said.message)
+    warned = None if r.warned is None else (r.warned.reason, r.warned.message)
+    event = "" if r.warned is None else f"its latest warning event ({_when(r.warned.at, r.read_at)})"
+    decided_note: list[str] = []
+    if not_made:
+        decided_note.append(f"  as if GPUClaim {', '.join(not_made)} could be created: until the API server "
+                            "accepts it, the pod waits whatever the decision")
     if r.said is not None:
         since = f" (since {_when(r.said.since, r.read_at)})" if r.said.since else ""
         lines.append(f"The controller says{since}: {r.said.reason}: {r.said.message}")
@@ -290,14 +305,16 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     else:
         lines.append("The controller says: nothing yet (no Waiting condition on the claims: not processed, "
                      "or being placed)")
-    if r.warned is not None:
-        lines.append(f"Its latest warning event ({_when(r.warned.at, r.read_at)}): "
-                     f"{r.warned.reason}: {r.warned.message}")
-    assert out.explanation is not None
-    lines.append(f"Decided now: {decisionview.decision_line(out.explanation.decision)}")
-    if not_made:
-        lines.append(f"  as if GPUClaim {', '.join(not_made)} could be created: until the API server "
-                     "accepts it, the pod waits whatever the decision")
+    if said is not None:
+        lines += _agreeing(said, [(event, warned), (_DECIDED, decided)], decided_note)
+    if warned is not None and warned != said:
+        lines.append(f"{event[0].upper()}{event[1:]}: {warned[0]}: {warned[1]}")
+        lines += _agreeing(warned, [(_DECIDED, decided)], decided_note)
+    if decided is None or decided not in (said, warned):
+        lines += [f"Decided now: {decisionview.decision_line(decision)}", *decided_note]
+    gang = gang_note(out.pod)
+    if gang:
+        lines.append(gang)
     if r.budgets:
         lines += ["", f"GPU budgets of {r.namespace} (HELD: GPUs its claims hold now):",
                   *table(("BUDGET", "CLASS", "LIMIT", "HELD"),
@@ -308,7 +325,33 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     return lines
 
 
+def gang_note(pod: Obj) -> str:
+    """What a member of a gang is told beside its own set's decision."""
+    try:
+        gang = pod_gang(pod)
+    except GangError as e:
+        return f"Its gang annotations are wrong: {e}"
+    if gang is None:
+        return ""
+    return (f"It is a member of gang {gang.name} (size {gang.size}): the decision made now is its own set's "
+            "alone; the controller releases the gang's members all at once or none, and its reason "
+            "(GangIncomplete, GangCapacity, GangInvalid) is what the claims' condition says.")
+
+
 REFUSED_NOTE = "not created: the API server refused it (see the warning)"
+_DECIDED = "a decision made now"
+
+
+def _agreeing(shown: tuple[str, str], others: Sequence[tuple[str, tuple[str, str] | None]],
+              decided_note: Sequence[str]) -> list[str]:
+    """The line under a reason and message shown that names the `others`
+    (who, what they say) saying the same, instead of repeating it; and the
+    decision's note when the decision is among them."""
+    same = [who for who, what in others if what == shown]
+    if not same:
+        return []
+    line = f"{same[0][0].upper()}{' and '.join(same)[1:]} {'say' if len(same) > 1 else 'says'} the same."
+    return [line, *(decided_note if _DECIDED in same else ())]
 
 
 def _exists(out: Outcome) -> dict[str, bool]:
@@ -353,6 +396,7 @@ def render_json(r: Report) -> str:
             doc["budgets"] = [{"budget": b.budget, "className": b.class_name, "limit": b.limit,
                                "held": b.held} for b in r.budgets]
             doc["nodes"] = decisionview.nodes_json(out.explanation)
+            doc["gang"] = gang_note(out.pod) or None
         doc["note"] = decisionview.NOT_SEEN_NOTE
     doc["warnings"] = list(r.warnings)
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"

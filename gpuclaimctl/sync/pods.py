@@ -475,8 +475,9 @@ def _create(ctx: SyncContext, pod: Obj, r: ToCreate) -> Mapping[str, Any]:
         raise
     ctx.memories.made_claims[f"{ns}/{claim_name}"] = created
     if ctx.metrics is not None:
-        ctx.metrics.template_claims_created.inc()
-    log.debug("created template claim", extra={"pod": keys.key_of(pod), "claim": claim_name})
+        ctx.metrics.claim_created(entry.source.value)
+    log.debug("created claim", extra={"pod": keys.key_of(pod), "claim": claim_name,
+                                      "source": entry.source.value})
     return created
 
 

@@ -19,7 +19,12 @@ app.kubernetes.io/component: controller
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* `gpuclaimctl run`'s arguments: leader election, then .Values.flags in name order. */}}
+{{/*
+`gpuclaimctl run`'s arguments: leader election, then .Values.flags in name
+order (a list: the flag once per item). values.schema.json refuses a flag
+`run` does not have; a flag the chart sets itself passes the schema so that
+this can say what sets it (_flags.tpl), which a schema error cannot.
+*/}}
 {{- define "gpuclaimctl.args" -}}
 - run
 {{- if .Values.leaderElection.enabled }}
@@ -27,9 +32,17 @@ app.kubernetes.io/component: controller
 {{- else }}
 - --no-leader-elect
 {{- end }}
+{{- $notHere := include "gpuclaimctl.flagsNotHere" . | fromYaml }}
 {{- range $flag, $value := .Values.flags }}
+{{- with get $notHere $flag }}
+{{- fail (printf "flags.%s is not allowed: %s" $flag .) }}
+{{- end }}
 {{- if eq (kindOf $value) "bool" }}
 - {{ ternary (printf "--%s" $flag) (printf "--no-%s" $flag) $value | quote }}
+{{- else if eq (kindOf $value) "slice" }}
+{{- range $value }}
+- {{ printf "--%s=%v" $flag . | quote }}
+{{- end }}
 {{- else }}
 - {{ printf "--%s=%v" $flag $value | quote }}
 {{- end }}
