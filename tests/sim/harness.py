@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
-from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.cmd import startwait
 from gpuclaimctl.controller import dispatch
@@ -93,6 +92,12 @@ SIM_LATE_LANDING = 40.0
 # decision (app.EARLIER_WRITES_WINDOW): a write the dead process had on the
 # wire lands within it, or never.
 RESTART_WAIT = startwait.RESTART_WAIT
+
+
+# The writes that carry a resourceVersion (a change by someone else first
+# makes them a 409), and the kind of object each writes.
+_TOUCHED_KIND = {"update_claim": CLAIMS, "update_claim_status": CLAIMS, "update_class_status": CLASSES,
+                 "update_budget_status": BUDGETS}
 
 
 class Crash(BaseException):
@@ -526,10 +531,17 @@ class Sim:
                 # dies and another starts (leader election or not).
                 self.note(f"  at {method}: the process dies with the write on the wire")
                 self.fake.inject(method, Crash(), landed=False, later=True)
-            elif roll < 0.34:
-                self.note(f"  at {method}: 409 Conflict")
-                self.fake.inject(method, ApiError(409, "Conflict", "the object has been modified (fake)"),
-                                 landed=False)
+            elif roll < 0.34 and method in _TOUCHED_KIND:
+                # Someone else changes the object first (a label): the write's
+                # resourceVersion is stale, and the API server answers 409 --
+                # with a newer version on its way to the informers, as always.
+                kind = _TOUCHED_KIND[method]
+                meta = body.get("metadata") or {}
+                if self.fake.get(kind, str(meta.get("namespace") or ""), str(meta.get("name"))) is not None:
+                    self.note(f"  at {method}: someone else changes the object first (409)")
+                    self.fake.patch(kind, str(meta.get("namespace") or ""), str(meta.get("name")),
+                                    lambda o: o["metadata"].setdefault("labels", {}).update(
+                                        {"sim/touched": str(self.rng.randrange(1000))}))
             elif roll < 0.36:
                 self.toggle_cordon()
             elif roll < 0.38:
