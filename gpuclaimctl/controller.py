@@ -6,6 +6,10 @@ the change to the cluster view (state.view: usage, placements in flight,
 nodes, classes), then turns it into `pod:`, `claim:` and `class:` keys;
 workers run the syncs (sync/), each with the same small frozen context.
 The handlers are sync.handlers.Handlers.
+
+PodGroups' informer is the one started late: only once a discovery check
+finds the API server serving them (discover_podgroups), which a cluster
+without them never does; nothing waits for it to be ready.
 """
 
 from __future__ import annotations
@@ -43,9 +47,12 @@ from informers import (
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
+    POD_GROUPS,
     PODS,
     RESOURCE_QUOTAS,
     EventHandlerFuncs,
+    HandlerRegistration,
+    PodGroupLister,
     SharedInformerFactory,
 )
 from metrics.controller import ControllerMetrics, StateSample
@@ -54,6 +61,10 @@ from workqueue import RateLimitingQueue, default_controller_rate_limiter
 log = logging.getLogger("gpuclaimctl.controller")
 
 Obj = dict[str, Any]
+# Seconds between discovery checks for PodGroups while the API server does
+# not serve them: a cluster that turns the API on is seen within this, and
+# one GET per half minute costs it nothing.
+PODGROUP_DISCOVERY_PERIOD = 30.0
 
 
 def utcnow() -> datetime:
@@ -71,8 +82,16 @@ class Controller:
         queue_metrics: Any = None,
         shutdown_timeout: float = 20.0,
         now: Callable[[], datetime] = utcnow,
+        podgroups_served: Callable[[], bool] | None = None,
     ) -> None:
+        """`podgroups_served` is the discovery check for PodGroups
+        (client.discovery.serves); None reads none."""
         pods = factory.pods()
+        self._factory = factory
+        self._podgroups_served = podgroups_served
+        # Set once, by watch_podgroups: PodGroups' lister and handler.
+        self._podgroups_lock = threading.Lock()
+        self._podgroups: tuple[PodGroupLister, HandlerRegistration] | None = None
         turnstile = AgeTurnstile()
         memories = Memories(reject_for=settings.reject_for)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
@@ -89,9 +108,11 @@ class Controller:
             writer=writer, view=self.view, memories=memories,
             turnstile=turnstile, enqueue=self.queue.add, enqueue_after=self.queue.add_after,
             wake=lambda apply: handlers.woke_by(apply),
-            settings=settings, metrics=metrics, now=now)
+            settings=settings, metrics=metrics, now=now,
+            podgroups=self._podgroup, podgroups_synced=self.podgroups_synced)
         self.shutdown_timeout = shutdown_timeout
         handlers = Handlers(self.ctx, self.queue)
+        self._handlers = handlers
         # Inline: each handler runs on its informer's watch thread. They
         # only update the view and add keys (sync.handlers), and a thread
         # of their own cost a wake-up per watch event (informers.processor).
@@ -142,6 +163,68 @@ class Controller:
 
     def has_synced(self) -> bool:
         return all(r.has_synced() for r in self._registrations)
+
+    # -- PodGroups, once served ---------------------------------------------------------------
+
+    def podgroups_synced(self) -> bool:
+        """PodGroups are read: served, and their informer listed them."""
+        watching = self._podgroups
+        return watching is not None and watching[1].has_synced()
+
+    def _podgroup(self, namespace: str, name: str) -> Obj | None:
+        watching = self._podgroups
+        if watching is None or not watching[1].has_synced():
+            return None  # gang_of says they are not read yet
+        return watching[0].get(namespace, name)
+
+    def watch_podgroups(self) -> None:
+        """Read PodGroups from now on: their informer, with its handler
+        (which wakes the pods naming one), started. Idempotent."""
+        with self._podgroups_lock:
+            if self._podgroups is not None:
+                return
+            informer = self._factory.informer_for(POD_GROUPS)
+            h = self._handlers
+            registration = informer.add_event_handler(
+                EventHandlerFuncs(add=h.podgroup_changed, update=h.podgroup_updated,
+                                  delete=h.podgroup_changed), name="gpuclaimctl-podgroups", inline=True)
+            self._podgroups = (PodGroupLister(informer.indexer), registration)
+        informer.start()
+
+    def discover_podgroups(self, stop: threading.Event, served: Callable[[], bool],
+                           period: float = PODGROUP_DISCOVERY_PERIOD) -> bool:
+        """Ask `served` now and every `period` seconds until PodGroups are
+        served (then watch them; True) or `stop` is set (False). Never
+        raises: a failed check is asked again."""
+        told = False
+        while not stop.is_set():
+            try:
+                found = served()
+            except Exception as e:  # the API server is away: ask again later
+                log.warning("could not ask whether PodGroups are served, will ask again: %s", e)
+                found = False
+            if stop.is_set():
+                return False
+            if found:
+                log.info("the API server serves PodGroups (%s): reading them; a pod naming one with a "
+                         "gang policy is placed with its gang", POD_GROUPS)
+                self.watch_podgroups()
+                return True
+            if not told:
+                log.info("the API server does not serve PodGroups (%s); gangs are declared by "
+                         "annotations alone until it does (asking every %.0f s)", POD_GROUPS, period)
+                told = True
+            stop.wait(period)
+        return False
+
+    def start_podgroup_discovery(self, stop: threading.Event) -> threading.Thread | None:
+        """discover_podgroups on a daemon thread, until found or `stop`."""
+        if self._podgroups_served is None:
+            return None
+        t = threading.Thread(target=self.discover_podgroups, args=(stop, self._podgroups_served),
+                             name="podgroup-discovery", daemon=True)
+        t.start()
+        return t
 
     # -- worker loop (sample-controller) ------------------------------------------
 

@@ -25,6 +25,7 @@ from informers.listers import (
     NodeLister,
     PersistentVolumeClaimLister,
     PersistentVolumeLister,
+    PodGroupLister,
     PodLister,
 )
 from informers.listwatch import ListerWatcher, ListPage, WatchStream
@@ -46,6 +47,7 @@ from informers.resource import (
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
+    POD_GROUPS,
     PODS,
     RESOURCE_QUOTAS,
     Resource,
@@ -90,9 +92,11 @@ __all__ = [
     "PERSISTENT_VOLUMES",
     "PERSISTENT_VOLUME_CLAIMS",
     "PODS",
+    "POD_GROUPS",
     "RESOURCE_QUOTAS",
     "PersistentVolumeClaimLister",
     "PersistentVolumeLister",
+    "PodGroupLister",
     "PodLister",
     "RealClock",
     "Reflector",

@@ -25,6 +25,7 @@ from informers.listers import (
     NodeLister,
     PersistentVolumeClaimLister,
     PersistentVolumeLister,
+    PodGroupLister,
     PodLister,
     _Lister,
 )
@@ -203,3 +204,8 @@ class SharedInformerFactory:
 
     def persistent_volumes(self) -> PersistentVolumeLister:
         return self._lister(PersistentVolumeLister)
+
+    def pod_groups(self) -> PodGroupLister:
+        """PodGroups' lister; makes their informer, which ``start`` then
+        starts: ask for it only where the API server serves them."""
+        return self._lister(PodGroupLister)

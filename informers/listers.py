@@ -17,6 +17,7 @@ from informers.resource import (
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
+    POD_GROUPS,
     PODS,
     Resource,
 )
@@ -101,3 +102,7 @@ class PersistentVolumeClaimLister(NamespacedLister):
 
 class PersistentVolumeLister(ClusterLister):
     resource = PERSISTENT_VOLUMES
+
+
+class PodGroupLister(NamespacedLister):
+    resource = POD_GROUPS

@@ -45,6 +45,9 @@ CONFIG_MAPS = Resource("", "v1", "configmaps", namespaced=True)
 PERSISTENT_VOLUME_CLAIMS = Resource("", "v1", "persistentvolumeclaims", namespaced=True)
 PERSISTENT_VOLUMES = Resource("", "v1", "persistentvolumes", namespaced=False)
 RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", namespaced=True)
+# Served only where the cluster enables it (Kubernetes 1.37: the GenericWorkload
+# feature gate and --runtime-config=scheduling.k8s.io/v1beta1=true).
+POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", namespaced=True)
 
 CRD_GROUP = "gpuclaimctl.io"
 CRD_VERSION = "v1alpha1"

@@ -62,6 +62,7 @@ class RunningController:
     def start(self) -> RunningController:
         self.factory.start()
         wait_for(self.controller.has_synced, timeout=30, message="the controller's caches to sync")
+        self.controller.start_podgroup_discovery(self._stop)  # as app._serve does
         self._thread = threading.Thread(target=self.controller.run,
                                         args=(self.options.workers, self._stop), daemon=True)
         self._thread.start()

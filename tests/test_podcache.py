@@ -19,6 +19,8 @@ from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.capacity import pod_holds_node, pod_usage
 from gpuclaimctl.model.resources import extended_resources, pod_request
 from gpuclaimctl.model import api
+from gpuclaimctl.model.gangs import Gang, pod_gang
+from gpuclaimctl.state.indexes import pods_by_gang
 from gpuclaimctl.model.podcache import LAST_APPLIED, prune_pod
 from gpuclaimctl.model.podclaims import has_gate, pod_claims
 from gpuclaimctl.model.snapshot import PodInfo
@@ -45,6 +47,7 @@ def as_served(i: int) -> Obj:
     spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
     spec["overhead"] = {"nvidia.com/gpu": "1"}
+    spec["schedulingGroup"] = {"podGroupName": "train"}
     spec["containers"][0].setdefault("resources", {})["limits"] = {"nvidia.com/gpu": "2"}
     spec["initContainers"] = [{"name": "side", "image": "x", "restartPolicy": "Always",
                                "env": [{"name": "A", "value": "b"}],
@@ -78,6 +81,11 @@ def test_what_the_controller_reads_is_the_same_pruned(i: int) -> None:
     assert list(pod_usage(pruned)) == list(pod_usage(whole))
     assert podplan.release_patch(pruned, "n1") == podplan.release_patch(whole, "n1")
     assert pruned["status"] == {k: whole["status"][k] for k in ("phase", "conditions")}
+    podgroups = {("team", "train"): {"metadata": {"name": "train"},
+                                     "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}}}
+    assert pod_gang(pruned, lambda ns, n: podgroups.get((ns, n))) \
+        == pod_gang(whole, lambda ns, n: podgroups.get((ns, n))) == Gang("team", "train", 3, "podgroup")
+    assert pods_by_gang(pruned) == pods_by_gang(whole) == ["team/podgroup:train"]
 
 
 def test_a_pod_whose_only_annotation_is_kubectls_copy_is_still_patched_into_its_map() -> None:

@@ -24,6 +24,7 @@ what every replica sends whether it leads or not ends in a word of its own
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -37,7 +38,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl import __version__
-from gpuclaimctl.client import kube
+from gpuclaimctl.client import discovery, kube
 from gpuclaimctl.client.events import BATCH_WINDOW as EVENT_BATCH_WINDOW
 from gpuclaimctl.client.events import EventRecorder
 from gpuclaimctl.client.fence import NotLeader, WriteFence
@@ -57,7 +58,7 @@ from gpuclaimctl.cmd import startwait
 from gpuclaimctl.cmd.options import Options
 from gpuclaimctl.cmd.statusview import waiting_pods
 from gpuclaimctl.cmd.webhook import build_webhook
-from informers import PODS, ApiStatusError, SharedInformerFactory
+from informers import POD_GROUPS, PODS, ApiStatusError, SharedInformerFactory
 from informers.reflector import storage_initializing
 from metrics.controller import ControllerMetrics, EventMetrics, PodWait
 from metrics.leaderelection import LeaderElectionMetrics
@@ -143,7 +144,8 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
                     recorder=recorder)
     controller = Controller(factory, writer, settings, metrics=metrics,
                             queue_metrics=PrometheusWorkqueueMetricsProvider(registry),
-                            shutdown_timeout=options.shutdown_timeout)
+                            shutdown_timeout=options.shutdown_timeout,
+                            podgroups_served=functools.partial(discovery.serves, api_client, POD_GROUPS))
     metrics.set_state(controller.state_sample)
     metrics.set_waiting(lambda: pod_waits(controller, fence))
     return factory, controller
@@ -234,6 +236,8 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
 
     recorder.start()
     factory.start()
+    # PodGroups' informer starts once the API server serves them (if ever).
+    controller.start_podgroup_discovery(stop)
     try:
         if elector is None:
             # No Lease term lies between the writes of a process that died

@@ -44,7 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from gpuclaimctl.controlplane import build
 from gpuclaimctl.controlplane.pki import PKI, load_or_make_pki
@@ -121,6 +121,7 @@ class ControlPlane:
         admission_plugins: Iterable[str] = (),
         profiling: bool = False,
         audit: bool = True,
+        extra_flags: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpuclaimctl-plane-"))
@@ -138,6 +139,13 @@ class ControlPlane:
         # The audit log of service accounts' requests (tests read it); a
         # kept plane's would grow with every run of the controller.
         self._audit = audit
+        # Component name -> flags added after its own (a feature gate, a
+        # beta API: `--feature-gates=GenericWorkload=true`); a flag given
+        # twice takes the last value, so these may override ours.
+        self._extra_flags = {name: list(flags) for name, flags in (extra_flags or {}).items()}
+        for name in self._extra_flags:
+            if name not in (ETCD, APISERVER, *OPTIONAL):
+                raise ValueError(f"extra flags for unknown component {name!r}")
         # Whether etcd's data was there already when this plane started.
         self.resumed = False
         self._procs: dict[str, _Proc] = {}
@@ -421,6 +429,7 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [*argv, *self._extra_flags.get(name, ())]
         proc = _Proc(name, argv, log)
         with open(log, "ab") as out:
             proc.popen = subprocess.Popen(

@@ -8,7 +8,9 @@ returns every member's `Placed`; otherwise why the gang waits, for each
 member.
 
 Members are tried largest set first (then oldest, then name): first-fit
-decreasing, so a big set is not left without a node by small ones. A
+decreasing, so a big set is not left without a node by small ones; a member
+with a claim it cannot use goes first. The first member that does not fit
+ends the decision ("k of N sets fit" counts those placed before it). A
 member whose claims are already Bound (a decision being finished after a
 failed write, a crash or a change of leader) keeps them where they are, as
 a single pod's set does.
@@ -105,7 +107,13 @@ def decide_gang(
             placed.append((m.key, d))
             overlay.take(d)
         else:
+            # The gang waits: the members after the first that does not fit
+            # are not tried (a waiting gang's decision, under the view's lock,
+            # took 0.3-1.1 s for 512 members when each failing one explained
+            # itself: make bench-placement). "k of N sets fit" counts those
+            # placed before it.
             waits[m.key] = d
+            break
     if not waits:
         return GangPlaced(tuple(placed))
 
@@ -136,9 +144,12 @@ def decide_gang(
     return GangWaiting(reason, message, out)
 
 
-def _order(m: GangMember) -> tuple[int, datetime, str, str]:
+def _order(m: GangMember) -> tuple[bool, int, datetime, str, str]:
+    """A member with a claim it cannot use first (it waits whatever the
+    others do, and says why at once), then largest set first."""
     gpus = sum(c.count for c in m.claims if isinstance(c, ClaimState) and not c.bound)
-    return (-gpus, m.pod.created, m.pod.namespace, m.pod.name)
+    unresolved = any(isinstance(c, UnresolvedClaim) for c in m.claims)
+    return (not unresolved, -gpus, m.pod.created, m.pod.namespace, m.pod.name)
 
 
 def _name(key: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.gangs import pod_group_name, podgroup_gang_key
 from gpuclaimctl.model.owners import controller_pod
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.volumes import pvc_names
@@ -22,7 +23,8 @@ CLAIMS_BY_CLASS = "claims-by-class"
 # pods
 PODS_BY_CLAIM = "pods-by-claim"                  # "ns/claim" for each claim a pod names
 WAITING_PODS = "waiting-pods"                    # "" for every pod that carries our gate
-PODS_BY_GANG = "pods-by-gang"                    # "ns/gang" of a pod's gpuclaimctl.io/gang annotation
+PODS_BY_GANG = "pods-by-gang"                    # "ns/gang" of a pod's gpuclaimctl.io/gang annotation,
+                                                 # else "ns/podgroup:<name>" of the PodGroup it names (Gang.key)
 PODS_BY_PVC = "pods-by-pvc"                      # "ns/pvc" of each PersistentVolumeClaim a gated pod uses
 
 Obj = dict[str, Any]
@@ -70,10 +72,16 @@ def pods_by_claim(pod: Obj) -> list[str]:
 
 def pods_by_gang(pod: Obj) -> list[str]:
     """Any value of the gang annotation that is a string (a wrong one too:
-    its members still find each other and are told)."""
+    its members still find each other and are told); without one, the
+    PodGroup the pod names, whatever its policy (its members are found
+    when it changes, and the PodGroup may not be read yet)."""
     meta = _field(pod, "metadata")
+    ns = _str(meta.get("namespace"))
     name = _field(meta, "annotations").get(api.GANG_ANNOTATION)
-    return [keys.namespaced(_str(meta.get("namespace")), name)] if isinstance(name, str) and name else []
+    if isinstance(name, str) and name:
+        return [keys.namespaced(ns, name)]
+    group = pod_group_name(pod)
+    return [podgroup_gang_key(ns, group)] if group else []
 
 
 def pods_by_pvc(pod: Obj) -> list[str]:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from gpuclaimctl.client.writer import Writer
 from gpuclaimctl.model.api import Strategy
+from gpuclaimctl.model.gangs import PodGroupLookup
 from gpuclaimctl.model.keys import Kind, WorkKey
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -38,6 +39,15 @@ CLAIM = f"{Kind.CLAIM}:"
 CLASS = f"{Kind.CLASS}:"
 BUDGET = f"{Kind.BUDGET}:"
 AUDIT_INFLIGHT = str(WorkKey(Kind.AUDIT, "inflight"))
+
+
+def no_podgroup(namespace: str, name: str) -> None:
+    """The PodGroup lookup where none are read: it finds nothing."""
+    return None
+
+
+def never() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -76,3 +86,9 @@ class SyncContext:
     settings: Settings
     metrics: ControllerMetrics | None
     now: Callable[[], datetime]
+    # PodGroups (scheduling.k8s.io/v1beta1) by namespace and name, None
+    # when not known; and whether they are read: False while the API is
+    # not served or their informer has not listed yet (controller.py
+    # starts it once discovery finds them). By default there are none.
+    podgroups: PodGroupLookup = no_podgroup
+    podgroups_synced: Callable[[], bool] = never

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpuclaimctl.decide import podplan
@@ -39,7 +40,7 @@ from gpuclaimctl.decide.gang import GangMember, GangPlaced, decide_gang
 from gpuclaimctl.decide.placement import ClaimWait, Placed, Waiting
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import NO_BUDGET_USE
-from gpuclaimctl.model.gangs import Gang, GangError, pod_gang
+from gpuclaimctl.model.gangs import Gang, GangError, PodGroupMissing, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import ClaimState, PodInfo, PodRef, UnresolvedClaim
 from gpuclaimctl.model.volumes import volume_constraints
@@ -65,17 +66,35 @@ Obj = dict[str, Any]
 _FINISHED = frozenset({"Succeeded", "Failed"})
 # Seconds before a gang whose earlier bind is not seen back yet is decided again.
 _UNSETTLED_RETRY = 1.0
+# Seconds before a pod naming a PodGroup looks again while PodGroups are not
+# read yet (its PodGroup's own event wakes it once they are, but not if the
+# PodGroup does not exist). A third of the discovery period
+# (controller.PODGROUP_DISCOVERY_PERIOD): soon after they appear, rarely.
+_PODGROUPS_UNREAD_RETRY = 10.0
 
 
-def place_gang(ctx: SyncContext, pod: Obj, gang: Gang | GangError) -> None:
+@dataclass(frozen=True)
+class GangUnknown:
+    """The pod names a PodGroup not known yet: it waits GangIncomplete."""
+
+    message: str
+    podgroups_read: bool
+
+
+def place_gang(ctx: SyncContext, pod: Obj, gang: Gang | GangError | GangUnknown) -> None:
     """Sync a gated member of `gang`: the deciding member decides for all."""
     if isinstance(gang, GangError):
-        _gang_invalid(ctx, pod, str(gang))
+        _gang_waits(ctx, pod, api.WaitReason.GANG_INVALID, str(gang))
+        return
+    if isinstance(gang, GangUnknown):
+        _gang_waits(ctx, pod, api.WaitReason.GANG_INCOMPLETE, gang.message)
+        if not gang.podgroups_read:
+            ctx.enqueue_after(POD + keys.key_of(pod), _PODGROUPS_UNREAD_RETRY)
         return
     members = _members(ctx, gang)
-    problem = _disagreement(gang, members)
+    problem = _disagreement(ctx, gang, members)
     if problem is not None:
-        _gang_invalid(ctx, pod, problem)
+        _gang_waits(ctx, pod, api.WaitReason.GANG_INVALID, problem)
         return
     released = ctx.memories.released
     gated = [m for m in members if has_gate(m) and m["metadata"].get("uid") not in released]
@@ -103,20 +122,23 @@ def _members(ctx: SyncContext, gang: Gang) -> list[Obj]:
     return out
 
 
-def _disagreement(gang: Gang, members: Sequence[Obj]) -> str | None:
-    """Why the members do not make one gang, or None."""
+def _disagreement(ctx: SyncContext, gang: Gang, members: Sequence[Obj]) -> str | None:
+    """Why the members do not make one gang, or None (a PodGroup's members
+    name the one PodGroup: they agree)."""
     sizes: dict[int, str] = {}
     for m in members:
         name = str(m["metadata"].get("name"))
         try:
-            theirs = pod_gang(m)
+            theirs = pod_gang(m, ctx.podgroups)
         except GangError as e:
-            return f"gang {gang.name}: member {name}: {e}"
+            return f"gang {gang.label}: member {name}: {e}"
+        except PodGroupMissing:
+            continue  # gone since this member's sync found it: its event comes
         if theirs is not None:
             sizes.setdefault(theirs.size, name)
     if len(sizes) > 1:
         said = ", ".join(f"{name} says {size}" for size, name in sorted(sizes.items()))
-        return (f"the members of gang {gang.name} disagree on its size ({api.GANG_SIZE_ANNOTATION}): "
+        return (f"the members of gang {gang.label} disagree on its size ({api.GANG_SIZE_ANNOTATION}): "
                 f"{said}; none is placed until they agree")
     return None
 
@@ -152,7 +174,7 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
             states: list[ClaimState | UnresolvedClaim] = [
                 _with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s for s in r.states]
             members.append(GangMember(r.key, r.info, _with_set_rejections(ctx, r.set_key, states, now)))
-        decision = decide_gang(gang.name, gang.size, members, released, d.cluster, d.used(), now,
+        decision = decide_gang(gang.label, gang.size, members, released, d.cluster, d.used(), now,
                                ctx.settings.strategy, budgets=budgets,
                                budget_use=d.budget_use(gang.namespace) if budgets else NO_BUDGET_USE)
         unsettled = False
@@ -231,10 +253,11 @@ def _let_go(ctx: SyncContext, gang: Gang, reads: Sequence[_SetRead]) -> None:
                          extra={"pod": r.key, "claim": keys.key_of(claim)})
 
 
-def _gang_invalid(ctx: SyncContext, pod: Obj, message: str) -> None:
-    """The pod waits GangInvalid: its Warning event, and the Waiting of the
-    claims of its own that exist (nothing is made for a gang that cannot
-    be placed)."""
+def _gang_waits(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: str) -> None:
+    """The pod waits for a reason of its gang's found before any decision
+    (GangInvalid, or GangIncomplete for a PodGroup not known yet): its
+    Warning event, and the Waiting of the claims of its own that exist
+    (nothing is made for a gang that cannot be placed yet)."""
     raw: dict[str, Mapping[str, Any]] = {}
     try:
         entries = pod_claims(pod)
@@ -245,16 +268,25 @@ def _gang_invalid(ctx: SyncContext, pod: Obj, message: str) -> None:
         claim = ctx.claims.get(str(meta.get("namespace") or ""), e.claim_name(str(meta["name"])))
         if claim is not None:
             raw[claim["metadata"]["name"]] = claim
-    wait = ClaimWait(api.WaitReason.GANG_INVALID, message)
-    _waiting(ctx, pod, Waiting(api.WaitReason.GANG_INVALID, message, {n: wait for n in raw}), raw, ())
+    wait = ClaimWait(reason, message)
+    _waiting(ctx, pod, Waiting(reason, message, {n: wait for n in raw}), raw, ())
 
 
-def gang_of(pod: Mapping[str, Any]) -> Gang | None | GangError:
-    """The pod's gang, None, or what is wrong with its annotations."""
+def gang_of(ctx: SyncContext, pod: Mapping[str, Any]) -> Gang | None | GangError | GangUnknown:
+    """The pod's gang (its annotations, else the PodGroup it names), None,
+    what is wrong with its annotations, or why its PodGroup is not known."""
     try:
-        return pod_gang(pod)
+        return pod_gang(pod, ctx.podgroups)
     except GangError as e:
         return e
+    except PodGroupMissing as e:
+        if not ctx.podgroups_synced():
+            return GangUnknown(
+                f"the pod names PodGroup {e.name}, and PodGroups (scheduling.k8s.io/v1beta1) are not "
+                "read yet (the API server does not serve them, or their cache is still filling); it "
+                "waits until its PodGroup is known", podgroups_read=False)
+        return GangUnknown(f"PodGroup {e.name}, which the pod names, is not found in namespace "
+                           f"{e.namespace}; it waits until it exists", podgroups_read=True)
 
 
-__all__ = ["place_gang", "gang_of", "Placed"]
+__all__ = ["place_gang", "gang_of", "GangUnknown", "Placed"]

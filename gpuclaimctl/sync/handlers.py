@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gpuclaimctl.model import api, keys
+from gpuclaimctl.model.gangs import podgroup_gang_key
 from gpuclaimctl.model.snapshot import claim_holds_gpus
 from gpuclaimctl.model.nodes import node_ready, not_ready_since, ready_condition
 from gpuclaimctl.model.podclaims import has_gate, names_claims_ungated, template_owner_uid
@@ -124,6 +125,7 @@ class Handlers:
         self.woke_by(lambda: self.view.apply_pod(None, pod))
         if self._sync_would_act(pod):
             self.queue.add(POD + keys.key_of(pod))
+        self._enqueue_gang_mates(pod)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") \
                 or pod["metadata"].get("deletionTimestamp"):
             # First seen finished or going (a new leader's cache, a relist):
@@ -144,6 +146,9 @@ class Handlers:
             self._enqueue_claims_of_pod(old)
         if self._sync_would_act(new):
             self.queue.add(POD + keys.key_of(new))
+        if _gang_fields(old) != _gang_fields(new):
+            self._enqueue_gang_mates(old)
+            self._enqueue_gang_mates(new)
         old_phase, new_phase = (old.get("status") or {}).get("phase"), (new.get("status") or {}).get("phase")
         if old_phase != new_phase and new_phase in ("Succeeded", "Failed"):
             self._enqueue_claims_of_pod(new)
@@ -173,6 +178,14 @@ class Handlers:
         self.ctx.memories.waiting_told.pop(told_key(pod), None)
         self.ctx.memories.capacity_needs.pop(keys.key_of(pod), None)
         self._enqueue_claims_of_pod(pod)
+        self._enqueue_gang_mates(pod)
+
+    def _enqueue_gang_mates(self, pod: Obj) -> None:
+        """A member came, went or changed its gang annotations: the gang's
+        gated members decide (or say why they wait) again."""
+        for value in indexes.pods_by_gang(pod):
+            self.queue.add_all([POD + keys.key_of(m) for m in self.ctx.pods.by_index(indexes.PODS_BY_GANG, value)
+                                if has_gate(m) and keys.key_of(m) != keys.key_of(pod)])
 
     def _enqueue_claims_of_pod(self, pod: Obj, saying_waiting: bool = False) -> None:
         """The claims the pod uses, owns or names (whose Waiting may end);
@@ -351,6 +364,23 @@ class Handlers:
             return  # its status (ours) or a resync
         self.budget_changed(new)
 
+    def podgroup_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        """Made, its gang policy changed, or gone: the gated pods naming it
+        look again (they wait for it, or their gang's size changed)."""
+        pg = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        if pg is not None:
+            ns, name = pg["metadata"].get("namespace", ""), pg["metadata"].get("name", "")
+        else:
+            ns, name = keys.split(obj.key)  # type: ignore[union-attr]
+        self.queue.add_all([POD + keys.key_of(p)
+                            for p in self.ctx.pods.by_index(indexes.PODS_BY_GANG, podgroup_gang_key(ns, name))
+                            if has_gate(p)])
+
+    def podgroup_updated(self, old: Obj, new: Obj) -> None:
+        if old.get("spec") == new.get("spec"):
+            return  # its status (kube-scheduler's) or a resync
+        self.podgroup_changed(new)
+
     def template_changed(self, template: Obj) -> None:
         self.enqueue_waiting_pods(template["metadata"].get("namespace"))
 
@@ -451,6 +481,12 @@ def _more(a: Any, b: Any) -> bool:
 
 def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
     return all(free.get(r, 0) >= n for r, n in need.items())
+
+
+def _gang_fields(pod: Obj) -> tuple[object, object, object]:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    return annotations.get(api.GANG_ANNOTATION), annotations.get(api.GANG_SIZE_ANNOTATION), group
 
 
 def _says_waiting(claim: Obj | None) -> bool:

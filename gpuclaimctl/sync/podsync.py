@@ -22,7 +22,7 @@ def sync_pod(ctx: SyncContext, key: str) -> None:
     if has_gate(pod):
         if pod["metadata"].get("uid") in ctx.memories.released:
             return  # released by us; the cache shows an older version
-        gang = gang_of(pod)
+        gang = gang_of(ctx, pod)
         if gang is None:
             _place(ctx, pod)
         else:
