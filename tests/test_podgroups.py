@@ -23,6 +23,7 @@ from gpuclaimctl.model.api import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from gpuclaimctl.model.gangs import Gang, GangError, PodGroupMissing, pod_gang, podgroup_gang_size
 from gpuclaimctl.state.indexes import pods_by_gang
 from informers import POD_GROUPS, Resource
+from tests.test_gang import released as gang_released, sync_all
 
 Obj = dict[str, Any]
 
@@ -123,15 +124,8 @@ def podgroup_story(nodes: tuple[int, ...], groups: tuple[Obj, ...] | None, *, si
     return s
 
 
-def sync_all(s: Any, rounds: int = 4) -> None:
-    for _ in range(rounds):
-        for key in sorted(k for k in s.ctl.queue.ready if k.startswith("pod:")):
-            s.sync(key)
-        s.see_all()
-
-
 def released(s: Any, size: int = 3) -> list[bool]:
-    return [not s.gated(f"train-{i}") for i in range(size)]
+    return gang_released(s, size)
 
 
 def told(s: Any) -> list[tuple[str, str]]:
