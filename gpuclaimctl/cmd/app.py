@@ -83,7 +83,8 @@ def run(options: Options) -> int:
             plane, options = localdemo.start(options)
         identity = process_identity(options.leader_elect)
         api_client = _api_client(options, identity)
-        return _serve(options, api_client, identity)
+        return _serve(options, api_client, identity,
+                      on_ready=plane.announce if plane is not None else None)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -168,7 +169,8 @@ def pod_waits(controller: Controller, fence: WriteFence | None = None) -> list[P
             for p in waiting_pods(pods, claims, ctx.memories.waiting_told.get, ctx.templates.get)]
 
 
-def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int:
+def _serve(options: Options, api_client: client.ApiClient, identity: str,
+           on_ready: Callable[[], None] | None = None) -> int:
     # client-go exports no *_created series; neither do we.
     disable_created_metrics()
     registry = CollectorRegistry()
@@ -238,6 +240,9 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str) -> int
     factory.start()
     # PodGroups' informer starts once the API server serves them (if ever).
     controller.start_podgroup_discovery(stop)
+    if on_ready is not None:
+        threading.Thread(target=_when_ready, args=(readyz, on_ready, stop), name="ready-hook",
+                         daemon=True).start()
     try:
         if elector is None:
             # No Lease term lies between the writes of a process that died
@@ -342,6 +347,27 @@ def exit_lost(fence: WriteFence, controller: Controller,
     sys.stderr.flush()
     _exit(1)
     raise SystemExit(1)  # only reached when a test stands in for os._exit
+
+
+# After /readyz first passes, how long the API server may take to see the
+# webhook configurations' caBundle the certificate keeper wrote (its own
+# informer of them; well under a second on the local plane).
+_WEBHOOK_SETTLE = 1.0
+
+
+def _when_ready(readyz: list[Check], on_ready: Callable[[], None], stop: threading.Event) -> None:
+    """Call `on_ready` once every /readyz check passes (run --local: the
+    lines to use the cluster are said only then)."""
+    while not stop.is_set():
+        try:
+            for check in readyz:
+                check.run()
+        except Exception:
+            stop.wait(0.1)
+            continue
+        if not stop.wait(_WEBHOOK_SETTLE):
+            on_ready()
+        return
 
 
 def _catch_up(controller: Controller, stop: threading.Event) -> bool:

@@ -42,6 +42,7 @@ import yaml
 from kubernetes import client, config
 
 from gpuclaimctl.client import kube
+from gpuclaimctl.model import api
 from gpuclaimctl.client.errors import AlreadyExists, NotFound
 from gpuclaimctl.cmd import startwait
 from gpuclaimctl.cmd.bindaddress import format_bind_address, on_loopback, parse_bind_address
@@ -94,6 +95,24 @@ class LocalCluster:
         self.state = plane.workdir
         self._lock = lock
         self._stopped = False
+        # The lines a person copies to use the cluster: said once the
+        # controller and its webhook answer (`announce`), not before: a pod
+        # created while the webhook did not serve yet was refused
+        # ("failed calling webhook").
+        self.quick_start = ""
+        # The admin's client, when the webhook is registered: `announce`
+        # first checks that the API server reaches it.
+        self.webhook_probe: client.ApiClient | None = None
+
+    def announce(self) -> None:
+        """The controller is ready (caches synced, webhook answering): the
+        lines to use the cluster, once."""
+        if self.quick_start:
+            if self.webhook_probe is not None:
+                _wait_webhook_reached(self.webhook_probe)
+            say("control plane ready; in another terminal:")
+            print(self.quick_start, file=sys.stderr, flush=True)
+            self.quick_start = ""
 
     def stop(self) -> None:
         """Stop the plane (its state stays), saying so; idempotent."""
@@ -143,6 +162,7 @@ def start(options: Options) -> tuple[LocalCluster, Options]:
             unregister_webhook(admin)
         else:
             register_webhook(admin, f"https://{format_bind_address(*webhook)}")
+            cluster.webhook_probe = admin
         contents = _contents(admin) if plane.resumed else ""
     except BaseException:
         cluster.stop()
@@ -166,14 +186,12 @@ def start(options: Options) -> tuple[LocalCluster, Options]:
     else:
         say(f"admission webhook on https://{format_bind_address(*webhook)}; "
             "--no-local-webhook (GPUCLAIMCTL_LOCAL_WEBHOOK=false) runs without it")
-    say("control plane ready; in another terminal:")
-    # Bare lines, to copy as they are.
-    print(f"export KUBECONFIG={shlex.quote(str(plane.kubeconfig))}\n"
-          f"alias kubectl={shlex.quote(str(plane.bin['kubectl']))}\n"
-          f"alias gpuclaimctl={shlex.quote(_tool())}\n"
-          f"kubectl create namespace {SAMPLES_NAMESPACE}\n"
-          f"kubectl apply -n {SAMPLES_NAMESPACE} -f {shlex.quote(str(DEPLOY / 'samples'))}",
-          file=sys.stderr, flush=True)
+    # Bare lines, to copy as they are (said by `announce`).
+    cluster.quick_start = (f"export KUBECONFIG={shlex.quote(str(plane.kubeconfig))}\n"
+                           f"alias kubectl={shlex.quote(str(plane.bin['kubectl']))}\n"
+                           f"alias gpuclaimctl={shlex.quote(_tool())}\n"
+                           f"kubectl create namespace {SAMPLES_NAMESPACE}\n"
+                           f"kubectl apply -n {SAMPLES_NAMESPACE} -f {shlex.quote(str(DEPLOY / 'samples'))}")
     # Still `local`: the process runs against the plane it started.
     return cluster, dataclasses.replace(options, kubeconfig=str(controller.kubeconfig))
 
@@ -240,6 +258,36 @@ def _free_port(host: str) -> int:
     with socket.socket(family) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+# How long `announce` waits for the API server to reach the webhook.
+WEBHOOK_REACHED_TIMEOUT = 20.0
+
+
+def _wait_webhook_reached(admin: client.ApiClient) -> None:
+    """Until the API server calls the webhook with success: a server-side
+    dry run of a pod whose claims annotation is not JSON is refused BY the
+    webhook (an answer of the webhook's own), not with "failed calling
+    webhook" (not serving yet, or its CA not yet in the configuration the
+    API server reads). Gives up quietly after WEBHOOK_REACHED_TIMEOUT."""
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "gpuclaimctl-probe-",
+                         "annotations": {api.CLAIMS_ANNOTATION: "not json"}},
+            "spec": {"automountServiceAccountToken": False,
+                     "schedulingGates": [{"name": api.SCHEDULING_GATE}],
+                     "containers": [{"name": "probe", "image": "busybox"}]}}
+    deadline = time.monotonic() + WEBHOOK_REACHED_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            kube.request(admin, "POST", "/api/v1/namespaces/default/pods",
+                         query=[("dryRun", "All")], body=body)
+            return  # admitted (the webhook's rules did not match): it answered
+        except kube.ApiError as e:
+            if "failed calling webhook" not in (e.message or "") and e.status < 500:
+                return  # refused by the webhook itself
+        except OSError:
+            pass
+        time.sleep(0.2)
 
 
 def register_webhook(admin: client.ApiClient, url: str) -> None:
