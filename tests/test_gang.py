@@ -281,3 +281,53 @@ def test_a_bind_that_fails_midway_is_finished_by_the_retry_from_the_same_decisio
     assert s.gated("single")
     s.drain()
     s.check_quiet()
+
+
+# -- alike members share one ranking of the nodes, with the same result ----------------------
+
+
+def _random_gang_case(rng: Any) -> dict[str, Any]:
+    from gpuclaimctl.model.api import Strategy
+    from gpuclaimctl.model.nodeaffinity import Taint
+    from tests.test_placement import AMD
+
+    nodes = []
+    for i in range(rng.randint(1, 40)):
+        resources = {GPU: rng.choice([0, 2, 4, 8, 8, 16])}
+        if rng.random() < 0.3:
+            resources[AMD] = rng.choice([0, 4, 8])
+        taints = (Taint("team", "x", "NoSchedule"),) if rng.random() < 0.1 else ()
+        nodes.append(node(f"n{i:02d}", labels={"zone": rng.choice("ab")}, taints=taints,
+                          ready=rng.random() > 0.05, cordoned=rng.random() < 0.05, resources=resources))
+    classes = [gpu_class("a100", selector={"zone": "a"} if rng.random() < 0.3 else None),
+               gpu_class("mi300", resource=AMD)]
+    used = {GPU: {n.name: rng.randint(0, 8) for n in nodes if rng.random() < 0.5},
+            AMD: {n.name: rng.randint(0, 4) for n in nodes if rng.random() < 0.3}}
+    shape = [("a100", rng.choice([1, 2, 4, 8]))] + ([("mi300", rng.choice([1, 2]))] if rng.random() < 0.2 else [])
+    spec = {"nodeSelector": {"zone": "b"}} if rng.random() < 0.2 else None
+    members = []
+    for i in range(rng.randint(8, 40)):
+        mine = shape if rng.random() < 0.85 else [("a100", rng.choice([1, 2]))]
+        info = pod(spec, name=f"m{i}", created=NOW + timedelta(seconds=i), uid=f"uid-m{i}")
+        members.append(GangMember(f"ns/m{i}", info, [claim(f"m{i}-{j}", n, cls) for j, (cls, n) in enumerate(mine)]))
+    return dict(name="g", size=len(members), members=members, released=0, cluster=Cluster(nodes, classes),
+                used=used, now=NOW, strategy=rng.choice(list(Strategy)))
+
+
+def test_alike_members_are_placed_where_one_by_one_decisions_would_place_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import gpuclaimctl.decide.gang as gang_module
+
+    rng = random.Random(44)
+    seen = Counter[str]()
+    for _ in range(300):
+        case = _random_gang_case(rng)
+        monkeypatch.setattr(gang_module, "ALIKE_FROM", 10**9)
+        slow = decide_gang(**case)
+        monkeypatch.setattr(gang_module, "ALIKE_FROM", 1)
+        fast = decide_gang(**case)
+        assert fast == slow, case
+        seen[type(slow).__name__] += 1
+    assert seen["GangPlaced"] > 30 and seen["GangWaiting"] > 30, seen

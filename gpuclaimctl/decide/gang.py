@@ -20,15 +20,17 @@ Pure: no client, no clock (`now` is passed in), no globals.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpuclaimctl.decide.budget import check_budgets, new_asks
-from gpuclaimctl.decide.placement import ClaimWait, Placed, Waiting, decide
-from gpuclaimctl.model.api import Strategy, WaitReason
+from gpuclaimctl.decide.placement import Action, ClaimAction, ClaimWait, Placed, Waiting, decide, describe
+from gpuclaimctl.model.api import Phase, Strategy, WaitReason
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo, BudgetUse
-from gpuclaimctl.model.snapshot import NO_USE, ClaimState, Cluster, PodInfo, UnresolvedClaim, Usage
+from gpuclaimctl.model.snapshot import NO_USE, ClaimState, Cluster, NodeInfo, PodInfo, UnresolvedClaim, Usage
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,15 @@ def decide_gang(
     overlay = _Overlay(used)
     placed: list[tuple[str, Placed]] = []
     waits: dict[str, Waiting] = {}
+    alike = _Alike(cluster, overlay, strategy) if len(members) >= ALIKE_FROM else None
     for m in sorted(members, key=_order):
-        d = decide(m.pod, m.claims, cluster, overlay, now, strategy)
+        d = (alike.place(m) if alike is not None else None) or decide(m.pod, m.claims, cluster, overlay, now,
+                                                                        strategy)
         if isinstance(d, Placed):
             placed.append((m.key, d))
             overlay.take(d)
+            if alike is not None:
+                alike.took(d)
         else:
             # The gang waits: the members after the first that does not fit
             # are not tried (a waiting gang's decision, under the view's lock,
@@ -163,6 +169,125 @@ def _member_waits(m: GangMember, reason: WaitReason, message: str) -> Waiting:
 
 def _all_wait(members: Sequence[GangMember], reason: WaitReason, message: str) -> GangWaiting:
     return GangWaiting(reason, message, {m.key: _member_waits(m, reason, message) for m in members})
+
+
+# From this many members on, members with the same set share one pass over
+# the nodes (_Alike); fewer are decided one by one.
+ALIKE_FROM = 8
+
+
+class _Alike:
+    """Members whose sets are alike -- the same classes and counts, nothing
+    bound, no rejection, no claim problem, no container requests, the same
+    node rules (an Indexed Job's workers) -- are placed from one ranking of
+    the nodes instead of one scan each: `placement.decide`'s search picks the
+    fitting admitted node with the best (fraction allocated, GPUs left)
+    under the strategy, the first in node order on a tie. Here every fitting
+    admitted node is ranked once in a heap on that key and node order; after
+    each placement the node that took it is ranked again (it is the only
+    one whose key changed), and a popped entry whose key is stale is
+    dropped. The same node as `decide` every time (tests/test_gang.py holds
+    the two equal on random clusters), in about one scan plus M log N.
+
+    A member that is not alike, or that finds no node, returns None: the
+    caller decides it alone (and a waiting one explains itself there)."""
+
+    def __init__(self, cluster: Cluster, used: _Overlay, strategy: Strategy) -> None:
+        self.cluster = cluster
+        self.used = used
+        self.spread = strategy is Strategy.SPREAD
+        # signature -> (need, checks, ranking heap, node order index)
+        self._groups: dict[tuple[Any, ...], tuple[dict[str, int], list[tuple[float, float, int, str]],
+                                                  dict[str, int]]] = {}
+
+    def _signature(self, m: GangMember) -> tuple[Any, ...] | None:
+        if m.pod.requests:
+            return None
+        states = []
+        for c in m.claims:
+            if not isinstance(c, ClaimState) or c.bound or c.phase is not Phase.PENDING or c.rejected \
+                    or c.deleting or any(r.uid != m.pod.uid for r in c.reserved_for):
+                return None
+            cls = self.cluster.classes.get(c.class_name)
+            if cls is None or cls.deleting:
+                return None
+            states.append((c.class_name, c.count))
+        try:
+            hash(m.pod.rules)
+        except TypeError:
+            return None
+        return (tuple(sorted(states)), m.pod.rules)
+
+    def _key(self, need: Mapping[str, int], node: NodeInfo) -> tuple[float, float] | None:
+        """search's (fraction, slack) for the set on `node`, larger better;
+        None if it does not fit. The same arithmetic, in the same order."""
+        checks = sorted(need.items())
+        if len(checks) == 1:
+            ((r, n),) = checks
+            alloc = node.allocatable.get(r, 0)
+            after = self.used.get(r, NO_USE).get(node.name, 0) + n
+            if after > alloc:
+                return None
+            return (-after / alloc, alloc - after) if self.spread else (after / alloc, after - alloc)
+        total = 0.0
+        free_after = 0
+        for r, n in checks:
+            alloc = node.allocatable.get(r, 0)
+            after = self.used.get(r, NO_USE).get(node.name, 0) + n
+            if after > alloc:
+                return None
+            total += after / alloc
+            free_after += alloc - after
+        frac = total / len(checks)
+        return (-frac, free_after) if self.spread else (frac, -free_after)
+
+    def place(self, m: GangMember) -> Placed | None:
+        sig = self._signature(m)
+        if sig is None:
+            return None
+        claims = [c for c in m.claims if isinstance(c, ClaimState)]
+        group = self._groups.get(sig)
+        if group is None:
+            need: dict[str, int] = {}
+            for c in claims:
+                r = self.cluster.classes[c.class_name].resource_name
+                need[r] = need.get(r, 0) + c.count
+            offer = self.cluster.offer(tuple(sorted({c.class_name for c in claims})))
+            admits = m.pod.rules.admits
+            heap: list[tuple[float, float, int, str]] = []
+            order: dict[str, int] = {}
+            for i, (name, _, node) in enumerate(offer.usable):
+                order[name] = i
+                key = self._key(need, node)
+                if key is not None and admits(name, node.labels, node.blocking_taints):
+                    heap.append((-key[0], -float(key[1]), i, name))
+            heapq.heapify(heap)
+            group = self._groups[sig] = (need, heap, order)
+        need, heap, order = group
+        while heap:
+            neg_frac, neg_slack, i, name = heap[0]
+            node = self.cluster.nodes[name]
+            key = self._key(need, node)
+            if key is None or (-key[0], -float(key[1])) != (neg_frac, neg_slack):
+                heapq.heappop(heap)  # stale: its node took GPUs since (re-ranked then), or is full
+                continue
+            actions = tuple(ClaimAction(c.name, c.uid, Action.BIND, name,
+                                        self.cluster.classes[c.class_name].resource_name, c.count)
+                            for c in claims)
+            return Placed(name, actions, f"{describe(claims)} placed on node {name}")
+        return None
+
+    def took(self, d: Placed) -> None:
+        """A placement on `d.node` changed its key for every group: ranked again."""
+        node = self.cluster.nodes.get(d.node)
+        if node is None:
+            return
+        for need, heap, order in self._groups.values():
+            i = order.get(d.node)
+            key = self._key(need, node) if i is not None else None
+            if key is not None and i is not None:
+                entry: tuple[float, float, int, str] = (-key[0], -float(key[1]), i, d.node)
+                heapq.heappush(heap, entry)
 
 
 class _Overlay(Mapping[str, Mapping[str, int]]):
