@@ -662,11 +662,24 @@ def test_why_does_not_say_what_a_claim_other_pods_name_too_waits_for() -> None:
     assert said is not None and said.message == "b's wait"  # no other pod names it: its own
 
 
-def test_why_a_gang_member_says_the_decision_is_its_own_set_alone_and_the_gang_is_placed_whole() -> None:
+def test_why_a_gang_member_shows_the_gang_s_decision() -> None:
+    """Issue 44 item 4: on 3 nodes of 8, each of 4 members of 8 fits alone,
+    but the gang does not: why says GangCapacity, as the controller does; a
+    fourth node places the member."""
     from gpuclaimctl.model.api import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 
-    member = {"metadata": {"name": "train-0", "namespace": "ns", "annotations": {
-        GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "4"}}}
+    gang = {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "4"}
+    members = [api_pod(f"train-{i}", [{"name": "g", "className": "a100", "count": 8}], annotations=dict(gang))
+               for i in range(4)]
+    nodes = [api_node(f"a{i}", 8, {"p": "a100"}) for i in range(3)]
+    report = why.build(members[0], ClusterObjects(nodes=nodes, classes=[CLASS], pods=members), NOW)
+    text = why.render_text(report)
+    assert "Decided now: waits, GangCapacity: gang train: 3 of 4 sets fit at once" in text, text
+    assert "member of gang train (size 4)" in text
+    report = why.build(members[0], ClusterObjects(nodes=[*nodes, api_node("a3", 8, {"p": "a100"})],
+                                                  classes=[CLASS], pods=members), NOW)
+    assert "Decided now: placed on node" in why.render_text(report)
+    member = {"metadata": {"name": "train-0", "namespace": "ns", "annotations": dict(gang)}}
     note = why.gang_note(member)
     assert "member of gang train (size 4)" in note and "all at once or none" in note
     assert why.gang_note({"metadata": {"name": "p", "namespace": "ns"}}) == ""

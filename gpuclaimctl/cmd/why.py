@@ -114,7 +114,7 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
                       for c in objects.claims}
     if has_gate(pod):
         world = WhatIf(objects, strategy)
-        outcome = world.explain(pod, now)
+        outcome = _gang_outcome(world, pod, objects, now) or world.explain(pod, now)
         waiting = [statusview.WaitingPod(ns, name, created, "", "")]
         budgets = tuple(statusview.budget_rows(
             [b for b in objects.budgets if (b.get("metadata") or {}).get("namespace") == ns],
@@ -326,16 +326,48 @@ def _waiting_text(head: str, r: Report) -> list[str]:
 
 
 def gang_note(pod: Obj) -> str:
-    """What a member of a gang is told beside its own set's decision."""
+    """What a member of a gang is told beside the decision."""
     try:
         gang = pod_gang(pod)
     except GangError as e:
         return f"Its gang annotations are wrong: {e}"
     if gang is None:
         return ""
-    return (f"It is a member of gang {gang.name} (size {gang.size}): the decision made now is its own set's "
-            "alone; the controller releases the gang's members all at once or none, and its reason "
-            "(GangIncomplete, GangCapacity, GangInvalid) is what the claims' condition says.")
+    return (f"It is a member of gang {gang.name} (size {gang.size}): the decision made now is the gang's, "
+            "its members all at once or none, as the controller decides it; each node's verdict below is "
+            "this member's own set's.")
+
+
+def _gang_outcome(world: WhatIf, pod: Obj, objects: ClusterObjects, now: datetime) -> Outcome | None:
+    """The gang's decision for a member of an annotation gang (its gated
+    mates read with the pods), as this member's outcome; None for a pod in
+    no such gang."""
+    try:
+        gang = pod_gang(pod)
+    except GangError:
+        return None
+    if gang is None:
+        return None
+    uid = (pod.get("metadata") or {}).get("uid")
+    gated: list[Obj] = [pod]
+    released = 0
+    for other in objects.pods:
+        meta = other.get("metadata") or {}
+        if meta.get("uid") == uid or meta.get("namespace") != gang.namespace or meta.get("deletionTimestamp") \
+                or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            theirs = pod_gang(other)
+        except GangError:
+            continue
+        if theirs is None or theirs.key != gang.key:
+            continue
+        if has_gate(other):
+            gated.append(other)
+        else:
+            released += 1
+    outcomes = world.explain_gang(gang, gated, now, released=released)
+    return next((o for o in outcomes if (o.pod.get("metadata") or {}).get("uid") == uid), None)
 
 
 REFUSED_NOTE = "not created: the API server refused it (see the warning)"

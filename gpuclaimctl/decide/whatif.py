@@ -140,14 +140,15 @@ class WhatIf:
                               budgets=self.budgets(ns), budget_use=self.budget_use(ns))
         return Outcome(pod, tuple(states), explanation, raw=raw)
 
-    def explain_gang(self, gang: Gang, pods: Sequence[Obj], now: datetime) -> list[Outcome]:
+    def explain_gang(self, gang: Gang, pods: Sequence[Obj], now: datetime, released: int = 0) -> list[Outcome]:
         """The gang's pods decided together (decide.gang), placed ones
         admitted: each outcome's decision is that pod's part of the gang's
         (its nodes' verdicts are its own set's, alone)."""
         alone = [self.explain(pod, now) for pod in pods]
         members = [GangMember(f"{o.pod['metadata'].get('namespace', '')}/{o.pod['metadata'].get('name', '')}",
                               self.pod_info(o.pod), o.claims) for o in alone if o.explanation is not None]
-        decision = decide_gang(gang.name, gang.size, members, 0, self.cluster, self.used, now, self.strategy,
+        decision = decide_gang(gang.label, gang.size, members, released, self.cluster, self.used, now,
+                               self.strategy,
                                budgets=self.budgets(gang.namespace), budget_use=self.budget_use(gang.namespace))
         mine: dict[str, Placed | Waiting] = dict(decision.sets) if isinstance(decision, GangPlaced) \
             else dict(decision.members)
