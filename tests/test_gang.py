@@ -331,3 +331,110 @@ def test_alike_members_are_placed_where_one_by_one_decisions_would_place_them(
         assert fast == slow, case
         seen[type(slow).__name__] += 1
     assert seen["GangPlaced"] > 30 and seen["GangWaiting"] > 30, seen
+
+
+# -- no starvation: the oldest waiting gang holds what it could use -------------------------
+
+
+def _starving() -> Any:
+    """n0 busy with an older pod's 8 GPUs, n1 free; a gang of 2 x 8 waits
+    (1 of 2 fits: n1); then a younger single pod of 8 comes."""
+    from tests.sim.harness import NS
+    from tests.test_sync_scenarios import Story
+
+    s = Story(nodes=(8, 8))
+    s.pod("busy", [{"name": "g", "className": "alpha", "count": 8}])
+    s.see_all()
+    s.sync(f"pod:{NS}/busy")
+    s.see_all()
+    assert not s.gated("busy")
+    gang = gang_story_into(s, size=2, gpus=8)
+    sync_all(gang)
+    assert released(gang, 2) == [False, False]
+    s.pod("small", [{"name": "g", "className": "alpha", "count": 8}])
+    s.see_all()
+    s.sync(f"pod:{NS}/small")
+    s.see_all()
+    return s
+
+
+def gang_story_into(s: Any, size: int, gpus: int) -> Any:
+    import json
+
+    from gpuclaimctl.model import api
+    from tests.sim.fakeapi import PODS
+    from tests.sim.harness import NS
+
+    for i in range(size):
+        s.t += 1.0
+        s.fake.create(PODS, {"metadata": {
+            "name": f"train-{i}", "namespace": NS,
+            "annotations": {api.CLAIMS_ANNOTATION: json.dumps([{"name": "g", "className": "alpha", "count": gpus}]),
+                            GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: str(size)}},
+            "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}], "containers": [{"name": "c"}]}})
+    s.see_all()
+    return s
+
+
+def test_a_younger_pod_does_not_take_the_gpus_the_oldest_waiting_gang_could_use() -> None:
+    """Issue 44 item 3: without the hold the single pod takes n1, and the
+    gang waits again when n0 frees (for ever, under a stream of such pods)."""
+    from gpuclaimctl.model import api
+    from tests.sim.fakeapi import CLAIMS, PODS
+    from tests.sim.harness import NS
+
+    s = _starving()
+    assert s.gated("small")
+    claim = s.fake.get(CLAIMS, NS, "small-g")
+    cond = next(c for c in claim["status"]["conditions"] if c["type"] == api.CONDITION_WAITING)
+    assert cond["reason"] == "Capacity" and "held for the older gang train" in cond["message"], cond
+    s.fake.delete(PODS, NS, "busy")
+    s.fake.finish_pod_deletion(NS, "busy") if s.fake.get(PODS, NS, "busy") else None
+    s.see_all()
+    from gpuclaimctl.controller import key_order
+
+    def age_order(key: str) -> tuple[str, ...]:
+        return key_order(key, lambda ns, name: s.ctl.ctx.pods.get(ns, name))
+
+    for _ in range(6):   # the claim lets go a second later; the freed GPUs wake the waiting pods,
+        s.t += 1.0       # which the queue hands out oldest first (controller.key_order)
+        s.ctl.queue.promote()
+        for key in sorted((k for k in s.ctl.queue.ready if k.startswith(("claim:", "pod:"))), key=age_order):
+            s.sync(key)
+        s.see_all()
+    assert released(s, 2) == [True, True]
+    assert s.gated("small")
+    s.drain()
+    s.check_quiet()
+
+
+def test_a_gang_s_hold_ends_when_nothing_moves_for_its_time() -> None:
+    """The hold lasts HOLD_FOR after the gang's last decision: in a cluster
+    where nothing frees, the gang could not complete anyway, and the
+    younger pod gets the GPUs then."""
+    from gpuclaimctl.state.view import HOLD_FOR
+    from tests.sim.harness import NS
+
+    s = _starving()
+    assert s.gated("small")
+    assert f"pod:{NS}/small" in s.ctl.queue.delayed or f"pod:{NS}/small" in s.ctl.queue.ready
+    s.t += HOLD_FOR + 1.0
+    s.ctl.queue.promote()
+    s.sync(f"pod:{NS}/small")
+    assert not s.gated("small")
+
+
+def test_a_pod_older_than_the_waiting_gang_is_not_held_back() -> None:
+    from tests.sim.harness import NS
+    from tests.test_sync_scenarios import Story
+
+    s = Story(nodes=(8, 8))
+    s.pod("busy", [{"name": "g", "className": "alpha", "count": 8}])
+    s.pod("older", [{"name": "g", "className": "alpha", "count": 8}])  # created before the gang
+    s.see_all()
+    s.sync(f"pod:{NS}/busy")
+    s.see_all()
+    gang = gang_story_into(s, size=2, gpus=8)
+    sync_all(gang)   # the gang holds n1 ...
+    s.sync(f"pod:{NS}/older")
+    assert not s.gated("older")  # ... but not against an older pod

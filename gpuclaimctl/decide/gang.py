@@ -52,6 +52,9 @@ class GangWaiting:
     message: str
     # member key -> why that member's set waits (its own problem, or the gang's).
     members: Mapping[str, Waiting]
+    # With GangCapacity: the sets that fit, placed before the first that did
+    # not -- the GPUs the gang could use (sync.gangs holds them for it).
+    partial: tuple[tuple[str, Placed], ...] = ()
 
 
 GangDecision = GangPlaced | GangWaiting
@@ -147,7 +150,8 @@ def decide_gang(
             out[m.key] = own_wait  # its own problem, said as it is
         else:
             out[m.key] = _member_waits(m, reason, message)
-    return GangWaiting(reason, message, out)
+    return GangWaiting(reason, message, out,
+                       tuple(placed) if reason is WaitReason.GANG_CAPACITY else ())
 
 
 def _order(m: GangMember) -> tuple[bool, int, datetime, str, str]:

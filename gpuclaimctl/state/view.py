@@ -63,6 +63,8 @@ class ClusterView:
         # What counts against budgets: the claims holding GPUs on a node, as
         # the informer shows them, summed per namespace and class.
         self._budget_holds = _BudgetHolds()
+        # The oldest waiting gang's hold (Decider.used_by), or None.
+        self.gang_hold: GangHold | None = None
 
     # -- claims --------------------------------------------------------------------------
 
@@ -397,6 +399,27 @@ class _BudgetHolds:
                 del self.sums[namespace]
 
 
+@dataclass(frozen=True)
+class GangHold:
+    """GPUs the oldest waiting gang could use (its sets that fit, placed
+    before the first that did not): no younger pod or gang takes them, so a
+    stream of small pods cannot keep a large gang waiting for ever
+    (DESIGN §4c, issue 44 item 3). One at a time, the oldest gang's; it
+    lasts HOLD_FOR seconds from the gang's last decision, which comes again
+    whenever GPUs are freed."""
+
+    gang: str  # the gang's key
+    age: tuple[datetime, str, str]  # its oldest member's (creation, namespace, name)
+    usage: Mapping[str, Mapping[str, int]]
+    until: datetime
+
+
+# How long a waiting gang's hold lasts after its last decision: a gang is
+# decided again whenever GPUs are freed, so a hold outlives a decision only
+# while nothing in the cluster moves -- when it could not complete anyway.
+HOLD_FOR = 60.0
+
+
 class Decider:
     """One decision's access to the view, with its lock held."""
 
@@ -409,6 +432,32 @@ class Decider:
 
     def used(self) -> Usage:
         return self._view.used()
+
+    def used_by(self, age: tuple[datetime, str, str], gang: str = "") -> tuple[Usage, GangHold | None]:
+        """What a decision for a pod (or gang `gang`) of `age` sees as used:
+        `used()`, plus the oldest waiting gang's hold when that gang is
+        older (and not its own); and the hold it counted, if any."""
+        hold = self._view.gang_hold
+        if hold is None or hold.gang == gang or not hold.age < age or hold.until <= self._view._now():
+            return self._view.used(), None
+        return combine(self._view.used(), hold.usage), hold
+
+    def hold(self, hold: GangHold | None, gang: str) -> bool:
+        """Set gang `gang`'s hold (None: drop it, if it is the one held); a
+        younger gang's does not replace an older one's still live. True if
+        GPUs held before are free now (the pods waiting may fit)."""
+        view = self._view
+        old = view.gang_hold
+        live = old is not None and old.until > view._now()
+        if hold is None:
+            if old is not None and old.gang == gang:
+                view.gang_hold = None
+                return True
+            return False
+        if live and old is not None and old.gang != gang and old.age < hold.age:
+            return False
+        view.gang_hold = hold
+        return old is not None and old.gang != gang
 
     def in_flight(self, claim_uid: str) -> InFlight | None:
         return self._view.inflight.get(claim_uid)

@@ -33,10 +33,11 @@ import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from gpuclaimctl.decide import podplan
-from gpuclaimctl.decide.gang import GangMember, GangPlaced, decide_gang
+from gpuclaimctl.decide.gang import GangMember, GangPlaced, GangWaiting, decide_gang
 from gpuclaimctl.decide.placement import ClaimWait, Placed, Waiting
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import NO_BUDGET_USE
@@ -45,6 +46,7 @@ from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import ClaimState, PodInfo, PodRef, UnresolvedClaim
 from gpuclaimctl.model.volumes import volume_constraints
 from gpuclaimctl.state import indexes
+from gpuclaimctl.state.view import HOLD_FOR, Change, GangHold
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 from gpuclaimctl.sync.pods import (
     _bind_set,
@@ -174,9 +176,23 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
             states: list[ClaimState | UnresolvedClaim] = [
                 _with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s for s in r.states]
             members.append(GangMember(r.key, r.info, _with_set_rejections(ctx, r.set_key, states, now)))
-        decision = decide_gang(gang.label, gang.size, members, released, d.cluster, d.used(), now,
+        age = min((r.age for r in reads), default=None)
+        used, older_hold = d.used_by(age, gang.key) if age is not None else (d.used(), None)
+        decision = decide_gang(gang.label, gang.size, members, released, d.cluster, used, now,
                                ctx.settings.strategy, budgets=budgets,
                                budget_use=d.budget_use(gang.namespace) if budgets else NO_BUDGET_USE)
+        # The oldest waiting gang holds the GPUs its sets that fit would
+        # take, against younger pods and gangs (view.GangHold); any other
+        # outcome lets go of a hold of this gang's.
+        hold = None
+        if isinstance(decision, GangWaiting) and decision.partial and age is not None:
+            held: dict[str, dict[str, int]] = {}
+            for _, placed in decision.partial:
+                for a in placed.new_gpus():
+                    per = held.setdefault(a.resource, {})
+                    per[a.node] = per.get(a.node, 0) + a.count
+            hold = GangHold(gang.key, age, held, now + timedelta(seconds=HOLD_FOR))
+        freed = d.hold(hold, gang.key)
         unsettled = False
         if isinstance(decision, GangPlaced):
             taking = [(k, a) for k, p in decision.sets for a in p.new_gpus()]
@@ -196,6 +212,8 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
                 took = frozenset(a.uid for _, a in taking)
                 ctx.memories.gang_unsent.update(gang.key, lambda old: (old or frozenset()) | took)
 
+    if freed:
+        ctx.wake(lambda: Change(freed_anywhere=True))  # what this gang held is free again
     if unsettled:
         ctx.enqueue_after(POD + keys.key_of(pod), _UNSETTLED_RETRY)
         return
@@ -208,6 +226,10 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
         if wait is not None:
             rejections = [x for s in r.states if isinstance(s, ClaimState) for x in s.rejected]
             _waiting(ctx, r.pod, wait, r.raw, rejections)
+    if older_hold is not None:
+        # An older gang's hold may be what keeps this one waiting; it ends
+        # with no event to say so.
+        ctx.enqueue_after(POD + keys.key_of(pod), max(0.0, (older_hold.until - now).total_seconds()) + 0.1)
     log.info("gang waits: %s", decision.message, extra={"pod": keys.key_of(pod), "reason": str(decision.reason)})
 
 

@@ -74,7 +74,7 @@ from gpuclaimctl.model.snapshot import (
 from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.inflight import InFlight, may_still_land_for, parse_rv
-from gpuclaimctl.state.view import Decider
+from gpuclaimctl.state.view import Decider, GangHold
 from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
@@ -203,6 +203,8 @@ class _Verdict:
     step: _Step
     now: datetime
     unsettled: InFlight | None = None
+    # An older waiting gang's hold the decision counted, if it waited.
+    hold: GangHold | None = None
 
 
 def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
@@ -217,14 +219,15 @@ def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
         states = [_with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s
                   for s in read.states]
         states = _with_set_rejections(ctx, read.set_key, states, now)
-        decision = decide(info, states, d.cluster, d.used(), now, ctx.settings.strategy,
+        used, hold = d.used_by(read.age)
+        decision = decide(info, states, d.cluster, used, now, ctx.settings.strategy,
                           budgets=budgets,
                           budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
         # Whatever comes of this decision, a turn given up last time is not
         # given up again now (Memories.gave_turn: once in a row at most).
         gave_turn_last_time = ctx.memories.gave_turn.pop(info.uid) is not None
         if isinstance(decision, Waiting):
-            return _Verdict(decision, states, _Step.WAIT, now)
+            return _Verdict(held_note(decision, hold), states, _Step.WAIT, now, hold=hold)
         if pinned is not None and decision.node != pinned:
             return _Verdict(decision, states, _Step.HELD_BACK, now)
         # A claim with a write of ours not seen back yet (answered, or
@@ -253,6 +256,18 @@ def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
                      name=a.claim)
         _resend_kept(d, read.pod, read.raw, decision)
         return _Verdict(decision, states, _Step.PLACE, now)
+
+
+def held_note(decision: Waiting, hold: GangHold | None) -> Waiting:
+    """A Capacity wait under an older gang's hold says so."""
+    if hold is None or decision.reason is not api.WaitReason.CAPACITY:
+        return decision
+    nodes = sorted({n for per in hold.usage.values() for n in per})
+    shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    note = (f"; GPUs on {shown} are held for the older gang {hold.gang.rpartition('/')[2]} while it "
+            "waits for the rest of its sets")
+    claims = {name: dataclasses.replace(w, message=w.message + note) for name, w in decision.claims.items()}
+    return dataclasses.replace(decision, message=decision.message + note, claims=claims)
 
 
 def _resend_kept(d: Decider, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed) -> None:
@@ -294,6 +309,9 @@ def _apply(ctx: SyncContext, read: _SetRead, verdict: _Verdict) -> None:
         return
     if isinstance(decision, Waiting):
         _apply_waiting(ctx, read, decision, verdict.states)
+        if verdict.hold is not None:
+            # Held GPUs free again when the hold ends, with no event to say so.
+            ctx.enqueue_after(POD + key, max(0.0, (verdict.hold.until - verdict.now).total_seconds()) + 0.1)
         return
     _apply_placed(ctx, read, decision)
 
