@@ -143,3 +143,35 @@ def test_a_pods_requests_beyond_what_its_claims_hold_count_too() -> None:
     claims = [claim("a", 2, "node-a", reserved="p")]
     pods = [gpu_pod("p", annotated=True, containers=[container(3)])]
     assert used_capacity(claims, pods, CLASSES) == {GPU: {"node-a": 3}}
+
+
+def test_the_search_s_inlined_comparison_is_the_fits_rule() -> None:
+    """placement's search inlines `fits` for speed: on random nodes, the set
+    is placed on a node exactly when `fits` says some usable node fits."""
+    import random
+    from datetime import UTC, datetime
+
+    from gpuclaimctl.decide.capacity import fits, free_on
+    from gpuclaimctl.decide.placement import Placed, decide
+    from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo
+
+    rng = random.Random(7)
+    now = datetime(2025, 1, 1, tzinfo=UTC)
+    for _ in range(500):
+        nodes = [NodeInfo(f"n{i}", allocatable={GPU: rng.choice([1, 2, 4, 8]), AMD: rng.choice([0, 2, 4])})
+                 for i in range(rng.randint(1, 6))]
+        used = {GPU: {n.name: rng.randint(0, 8) for n in nodes}, AMD: {n.name: rng.randint(0, 4) for n in nodes}}
+        claims = [ClaimState("a", "ua", "a100", rng.randint(1, 4))]
+        if rng.random() < 0.5:
+            claims.append(ClaimState("m", "um", "mi300", rng.randint(1, 2)))
+        need: dict[str, int] = {}
+        for c in claims:
+            r = GPU if c.class_name == "a100" else AMD
+            need[r] = need.get(r, 0) + c.count
+        cluster = Cluster(nodes, [ClassInfo("a100", GPU), ClassInfo("mi300", AMD)])
+        d = decide(PodInfo("ns", "p", "u", now), claims, cluster, used, now)
+        offering = [n for n in nodes if all(n.allocatable.get(r, 0) > 0 for r in need)]
+        assert isinstance(d, Placed) == any(fits(need, free_on(n.allocatable, used, n.name)) for n in offering)
+        if isinstance(d, Placed):
+            node = cluster.nodes[d.node]
+            assert fits(need, free_on(node.allocatable, used, node.name))

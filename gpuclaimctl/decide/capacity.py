@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuclaimctl.model.api import UNKNOWN_RESOURCE
 from gpuclaimctl.model.resources import extended_resources, pod_request
-from gpuclaimctl.model.snapshot import Usage, claim_holds_gpus
+from gpuclaimctl.model.snapshot import NO_USE, Usage, claim_holds_gpus
 
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
@@ -65,6 +65,25 @@ def with_unknown(usage: dict[str, Mapping[str, int]],
         for resource in allocatable(node) or {}:
             extra.setdefault(resource, {})[node] = count
     return combine(usage, extra)
+
+
+def free_on(allocatable: Mapping[str, int], used: Usage, node: str) -> dict[str, int]:
+    """resource -> GPUs of `node` neither used nor in flight (negative when
+    more is counted there than it has)."""
+    return {r: n - used.get(r, NO_USE).get(node, 0) for r, n in allocatable.items()}
+
+
+def shortfall(need: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
+    """resource -> GPUs missing for `need` where `free` is free (empty: it
+    fits). THE rule for "this set fits this node": placement's keep, explain,
+    the handlers' wake-ups, the claim sync's room for a Lost claim and a
+    gang's ranking all ask it (placement's search, the hot loop, inlines the
+    same comparison; tests/test_capacity.py holds the two equal)."""
+    return {r: n - free.get(r, 0) for r, n in need.items() if free.get(r, 0) < n}
+
+
+def fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    return not shortfall(need, free)
 
 
 def pod_holds_node(pod: Mapping[str, Any]) -> bool:

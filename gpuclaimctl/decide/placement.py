@@ -46,6 +46,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuclaimctl.decide.budget import check_budgets, new_asks
+from gpuclaimctl.decide.capacity import free_on, shortfall
 from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo, BudgetUse
 from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, VolumeConstraint, untolerated_taint
@@ -391,7 +392,8 @@ class _Placer:
                 shortfalls.append(f"node {name} does not offer the class of {describe(missing)}")
                 continue
             need = self.need_on(name)
-            short = [(r, n, self.free(node, r)) for r, n in sorted(need.items()) if self.free(node, r) < n]
+            free = free_on(node.allocatable, self.used, name)
+            short = [(r, need[r], free.get(r, 0)) for r in sorted(shortfall(need, free))]
             if short:
                 shortfalls.append(
                     f"node {name} has "

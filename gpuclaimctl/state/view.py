@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuclaimctl.decide.capacity import claim_usage, combine, with_unknown
+from gpuclaimctl.decide.capacity import free_on as capacity_free_on
 from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
@@ -246,7 +247,7 @@ class ClusterView:
                 node = self._nodes.get(name)
                 if node is None or not node.ready or node.unschedulable:
                     continue
-                out[name] = {r: n - used.get(r, {}).get(name, 0) for r, n in node.allocatable.items()}
+                out[name] = capacity_free_on(node.allocatable, used, name)
             return out
 
     # -- the fate of a write (pod sync) -----------------------------------------------------

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from gpuclaimctl.client.errors import Conflict, NotFound
-from gpuclaimctl.decide.capacity import claim_usage
+from gpuclaimctl.decide.capacity import claim_usage, fits, free_on
 from gpuclaimctl.decide.claimplan import NodeFacts, PodFacts, plan_claim
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.nodes import node_ready
@@ -196,8 +196,9 @@ def _room_for(ctx: SyncContext, claim: Obj, class_resource: str | None) -> bool:
         return False
     node_name, resource, _count = held
     info = ctx.view.cluster().nodes.get(node_name)
-    return info is not None and ctx.view.used().get(resource, {}).get(node_name, 0) <= \
-        info.allocatable.get(resource, 0)
+    # What is counted there, this claim's GPUs included, fits in it: nothing
+    # more is needed.
+    return info is not None and fits({resource: 0}, free_on(info.allocatable, ctx.view.used(), node_name))
 
 
 def _class_resource(ctx: SyncContext, claim: Obj) -> str | None:

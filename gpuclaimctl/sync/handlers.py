@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from gpuclaimctl.decide.capacity import fits
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.gangs import podgroup_gang_key
 from gpuclaimctl.model.snapshot import claim_holds_gpus
@@ -98,7 +99,7 @@ class Handlers:
             key = keys.key_of(p)
             if free is not None:
                 need = needs.get(key)
-                if need is not None and not any(_fits(need, f) for f in free):
+                if need is not None and not any(fits(need, f) for f in free):
                     continue
             woken.append(POD + key)
         # All at once: a worker idle in get() must not take the first one
@@ -477,10 +478,6 @@ def _more(a: Any, b: Any) -> bool:
     """a > b as quantities (whole numbers: what a quota counts of GPUClaims)."""
     x, y = parse_quantity(a), parse_quantity(b)
     return a != b if x is None or y is None else x > y
-
-
-def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
-    return all(free.get(r, 0) >= n for r, n in need.items())
 
 
 def _gang_fields(pod: Obj) -> tuple[object, object, object]:
