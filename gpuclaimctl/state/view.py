@@ -453,12 +453,15 @@ class Decider:
         if hold is None:
             if old is not None and old.gang == gang:
                 view.gang_hold = None
-                return True
+                return live
             return False
         if live and old is not None and old.gang != gang and old.age < hold.age:
             return False
         view.gang_hold = hold
-        return old is not None and old.gang != gang
+        # A lapsed hold counted nothing any more: replacing it frees nothing
+        # (waking everyone then made two waiting gangs take the hold from
+        # each other every HOLD_FOR, for ever: simulation seed 9098).
+        return live and old is not None and old.gang != gang
 
     def in_flight(self, claim_uid: str) -> InFlight | None:
         return self._view.inflight.get(claim_uid)
