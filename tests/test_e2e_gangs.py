@@ -457,3 +457,93 @@ def test_members_that_disagree_on_the_gang_size_are_told_gang_invalid_and_nothin
     assert not w.first_ungated("pair"), "no member was ever released:" + w.describe("pair")
     assert not w.ever_bound("pair"), w.ever_bound("pair")
     assert not any(n in w.pod_ungated for n in w.members("pair")), w.pod_ungated
+
+
+def test_a_member_lost_with_its_node_is_replaced_and_placed_alone_while_the_other_runs(
+    cluster: Cluster, gpu_nodes: Nodes, run_controller: Callable[..., Any], api_client: client.ApiClient,
+) -> None:
+    """Issue 44, item 6, §4c "After release": a gang of 2 × 8 GPUs runs on two
+    of three 8-GPU nodes; one member's node is deleted. Its claim turns Lost
+    (--node-lost-grace 2 s); the pod goes; its owner makes another, which is
+    placed by itself on the third node, while the other member runs on, never
+    gated, moved or evicted, its claim Bound on its node throughout.
+
+    The owner is a StatefulSet (podManagementPolicy Parallel): kwok finishes
+    a Job's pods at once, and a StatefulSet's pods stay Running and come
+    back under their names when deleted. The pod on the deleted node is
+    deleted here, with grace 0, once its claim is Lost: that is what
+    kube-controller-manager's pod GC does to a pod bound to a node that no
+    longer exists, but only after its fixed 40 s quarantine (and a 20 s
+    period), which would double the story's length."""
+    nodes = [node_name(gpu_nodes(f"n{i}", gpus=8, labels=cluster.label)) for i in range(3)]
+    cls = cluster.gpu_class("a100")
+    run_controller(node_lost_grace=2.0)
+    template = cluster.pod_manifest("train", [{"name": "g", "className": cls, "count": 8}])
+    template["metadata"].pop("name")
+    template["metadata"]["annotations"].update(gang_annotations("train", 2))
+    with Watcher(api_client, cluster.ns) as w:
+        kube.request(cluster.api, "POST", f"/apis/apps/v1/namespaces/{cluster.ns}/statefulsets", body={
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "train"},
+            "spec": {"replicas": 2, "podManagementPolicy": "Parallel", "serviceName": "train",
+                     "selector": {"matchLabels": {"app": "train"}}, "template": template}})
+        wait_for(lambda: all_ran(w, "train", 2) and all(p.phase == "Running" for p in w.members("train").values()),
+                 timeout=60, message=lambda: "both members Running on their nodes:" + w.describe("train"))
+        assert_released_whole(w, "train", 2, nodes)
+        placed = {n: str(p.node) for n, p in w.members("train").items()}
+        lost, stays = "train-1", "train-0"
+        doomed, home = placed[lost], placed[stays]
+        (third,) = set(nodes) - {doomed, home}
+        survivor_uid = cluster.read_pod(stays).metadata.uid
+        lost_pod_uid = cluster.read_pod(lost).metadata.uid
+        lost_claim_uid = (cluster.get_claim(f"{lost}-g") or {})["metadata"]["uid"]
+        from_sample = len(w.samples)
+
+        cluster.core.delete_node(doomed)
+        wait_for(lambda: (cluster.get_claim(f"{lost}-g") or {}).get("status", {}).get("phase") == "Lost",
+                 timeout=30, message=lambda: f"{lost}-g Lost once {doomed} is gone past the grace:"
+                 + w.describe("train"))
+        wait_for(lambda: [e for e in cluster.events("Lost") if e.involved_object.name == f"{lost}-g"],
+                 timeout=10, message="a Lost event on the lost member's claim")
+        # The pod GC's part (see above): the pod bound to a node that is gone.
+        cluster.core.delete_namespaced_pod(lost, cluster.ns, grace_period_seconds=0)
+
+        def replaced() -> bool:
+            p = cluster.read_pod(lost)
+            return p is not None and p.metadata.uid != lost_pod_uid and cluster.running_on(lost, third)
+
+        wait_for(replaced, timeout=45, message=lambda: f"the StatefulSet's next {lost} Running on {third}: "
+                 + cluster.describe_pod(lost) + w.describe("train"))
+        time.sleep(1.0)  # and the survivor still runs a moment after
+    claim = cluster.get_claim(f"{lost}-g")
+    assert claim is not None and claim["metadata"]["uid"] != lost_claim_uid, "the old template claim went"
+    assert claim["status"]["phase"] == "Bound" and claim["status"]["nodeName"] == third, claim["status"]
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == [lost], claim["status"]
+    new = cluster.read_pod(lost)
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == new.metadata.uid
+    # Never evicted: the same pod, on its node, Running, its claim Bound there.
+    survivor = cluster.read_pod(stays)
+    assert survivor.metadata.uid == survivor_uid and survivor.spec.node_name == home
+    assert survivor.status.phase == "Running" and survivor.metadata.deletion_timestamp is None
+    kept = cluster.get_claim(f"{stays}-g")
+    assert kept is not None and kept["status"]["phase"] == "Bound" and kept["status"]["nodeName"] == home
+    problems = []
+    t0 = w.samples[0].t
+    for s in w.samples[from_sample:]:
+        p, c = s.pods.get(stays), s.claims.get(f"{stays}-g")
+        if p is None or p.gated or p.node != home or p.phase != "Running":
+            problems.append(f"t={s.t - t0:.2f}s: {stays} is {p}")
+        if c is None or c.phase != "Bound" or c.node != home:
+            problems.append(f"t={s.t - t0:.2f}s: {stays}-g is {c}")
+    assert not problems, f"the survivor was disturbed ({len(problems)} samples):\n" + "\n".join(problems[:10])
+    assert any((s.claims.get(f"{lost}-g") or ClaimSeen(None, None, None)).phase == "Lost"
+               for s in w.samples[from_sample:]), "a sample shows the lost member's claim Lost"
+    # Placed by itself, bind before release: every sample since the node
+    # went that shows the replacement released (pods are listed before
+    # claims) shows its claim Bound on the third node.
+    released = [s for s in w.samples[from_sample:] if (p := s.pods.get(lost)) and not p.gated and p.node == third]
+    assert released, "a sample shows the replacement released:" + w.describe("train")
+    unbound = [(round(s.t - t0, 2), c) for s in released
+               if (c := s.claims.get(f"{lost}-g")) is None or (c.phase, c.node) != ("Bound", third)]
+    assert not unbound, unbound[:5]
+    print(f"member {lost} lost with {doomed}, replaced on {third}; {stays} ran on {home} throughout "
+          f"({len(w.samples) - from_sample} samples since the node went, {len(w.errors)} lost)")
