@@ -685,3 +685,17 @@ def test_why_a_gang_member_shows_the_gang_s_decision() -> None:
     assert why.gang_note({"metadata": {"name": "p", "namespace": "ns"}}) == ""
     bad = {"metadata": {"name": "p", "namespace": "ns", "annotations": {GANG_ANNOTATION: "Bad_Name"}}}
     assert "gang annotations are wrong" in why.gang_note(bad)
+
+
+def test_why_a_podgroup_member_shows_the_gang_s_decision() -> None:
+    members = [api_pod(f"train-{i}", [{"name": "g", "className": "a100", "count": 8}]) for i in range(4)]
+    for m in members:
+        m["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    group = {"metadata": {"name": "train", "namespace": "team"},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}
+    nodes = [api_node(f"a{i}", 8, {"p": "a100"}) for i in range(3)]
+    report = why.build(members[0], ClusterObjects(nodes=nodes, classes=[CLASS], pods=members), NOW,
+                       podgroups=lambda ns, name: group if (ns, name) == ("team", "train") else None)
+    text = why.render_text(report)
+    assert "Decided now: waits, GangCapacity" in text and "3 of 4 sets fit at once" in text, text
+    assert "(size 4)" in text

@@ -36,7 +36,7 @@ from gpuclaimctl.decide.placement import Placed
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
 from gpuclaimctl.model import keys
 from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
-from gpuclaimctl.model.gangs import GangError, pod_gang
+from gpuclaimctl.model.gangs import GangError, PodGroupLookup, PodGroupMissing, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time
 
@@ -96,13 +96,16 @@ class Report:
     claims: tuple[tuple[str, Obj | None], ...] = ()  # RELEASED: (name, claim)
     detail: str = ""  # NOT_OURS: why it is not ours
     warnings: tuple[str, ...] = ()
+    # The PodGroup the pod names, as read (its gang's size).
+    podgroups: PodGroupLookup | None = None
 
 
 # --- building the report (pure) ------------------------------------------------------
 
 
 def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy = Strategy.BINPACK,
-          events: Sequence[Obj] = (), warnings: Sequence[str] = ()) -> Report:
+          events: Sequence[Obj] = (), warnings: Sequence[str] = (),
+          podgroups: PodGroupLookup | None = None) -> Report:
     """The report for `pod` on `objects` (read at `now`); `events` are the
     pod's own. Pure."""
     meta = pod.get("metadata") or {}
@@ -114,12 +117,12 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
                       for c in objects.claims}
     if has_gate(pod):
         world = WhatIf(objects, strategy)
-        outcome = _gang_outcome(world, pod, objects, now) or world.explain(pod, now)
+        outcome = _gang_outcome(world, pod, objects, now, podgroups) or world.explain(pod, now)
         waiting = [statusview.WaitingPod(ns, name, created, "", "")]
         budgets = tuple(statusview.budget_rows(
             [b for b in objects.budgets if (b.get("metadata") or {}).get("namespace") == ns],
             objects.claims, waiting))
-        return Report(ns, name, created, State.WAITING, now, outcome=outcome,
+        return Report(ns, name, created, State.WAITING, now, outcome=outcome, podgroups=podgroups,
                       said=_said(pod, claims_by_name, {c.name for c in outcome.claims
                                                        if isinstance(c, UnresolvedClaim)}
                                  | _shared(pod, objects.pods)),
@@ -312,7 +315,7 @@ def _waiting_text(head: str, r: Report) -> list[str]:
         lines += _agreeing(warned, [(_DECIDED, decided)], decided_note)
     if decided is None or decided not in (said, warned):
         lines += [f"Decided now: {decisionview.decision_line(decision)}", *decided_note]
-    gang = gang_note(out.pod)
+    gang = gang_note(out.pod, r.podgroups)
     if gang:
         lines.append(gang)
     if r.budgets:
@@ -325,26 +328,28 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     return lines
 
 
-def gang_note(pod: Obj) -> str:
+def gang_note(pod: Obj, podgroups: PodGroupLookup | None = None) -> str:
     """What a member of a gang is told beside the decision."""
     try:
-        gang = pod_gang(pod)
+        gang = pod_gang(pod, podgroups)
     except GangError as e:
         return f"Its gang annotations are wrong: {e}"
+    except PodGroupMissing as e:
+        return f"It names PodGroup {e.name}, which is not found: it waits until it exists."
     if gang is None:
         return ""
-    return (f"It is a member of gang {gang.name} (size {gang.size}): the decision made now is the gang's, "
+    return (f"It is a member of gang {gang.label} (size {gang.size}): the decision made now is the gang's, "
             "its members all at once or none, as the controller decides it; each node's verdict below is "
             "this member's own set's.")
 
 
-def _gang_outcome(world: WhatIf, pod: Obj, objects: ClusterObjects, now: datetime) -> Outcome | None:
-    """The gang's decision for a member of an annotation gang (its gated
-    mates read with the pods), as this member's outcome; None for a pod in
-    no such gang."""
+def _gang_outcome(world: WhatIf, pod: Obj, objects: ClusterObjects, now: datetime,
+                  podgroups: PodGroupLookup | None = None) -> Outcome | None:
+    """The gang's decision for a member of a gang (its gated mates read with
+    the pods), as this member's outcome; None for a pod in no gang."""
     try:
-        gang = pod_gang(pod)
-    except GangError:
+        gang = pod_gang(pod, podgroups)
+    except (GangError, PodGroupMissing):
         return None
     if gang is None:
         return None
@@ -357,8 +362,8 @@ def _gang_outcome(world: WhatIf, pod: Obj, objects: ClusterObjects, now: datetim
                 or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         try:
-            theirs = pod_gang(other)
-        except GangError:
+            theirs = pod_gang(other, podgroups)
+        except (GangError, PodGroupMissing):
             continue
         if theirs is None or theirs.key != gang.key:
             continue
@@ -428,7 +433,7 @@ def render_json(r: Report) -> str:
             doc["budgets"] = [{"budget": b.budget, "className": b.class_name, "limit": b.limit,
                                "held": b.held} for b in r.budgets]
             doc["nodes"] = decisionview.nodes_json(out.explanation)
-            doc["gang"] = gang_note(out.pod) or None
+            doc["gang"] = gang_note(out.pod, r.podgroups) or None
         doc["note"] = decisionview.NOT_SEEN_NOTE
     doc["warnings"] = list(r.warnings)
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
@@ -471,6 +476,7 @@ def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output
             now = datetime.now(timezone.utc)
             taken = snapshotfile.read_live(api, now, trimmed=False)
             events = _events(api, ns, str(pod["metadata"].get("uid") or ""))
+            podgroups = _podgroup(api, pod)
     except StatusError as e:
         click.echo(f"gpuclaimctl why: {e}", err=True)
         return 1
@@ -480,9 +486,25 @@ def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output
     except (urllib3.exceptions.HTTPError, OSError) as e:
         click.echo(f"gpuclaimctl why: cannot reach the API server: {e}", err=True)
         return 1
-    report = build(pod, taken.objects, now, strategy, events, taken.warnings)
+    report = build(pod, taken.objects, now, strategy, events, taken.warnings, podgroups)
     click.echo(render_json(report) if output == "json" else render_text(report), nl=False)
     return 0
+
+
+def _podgroup(api: client.ApiClient, pod: Obj) -> PodGroupLookup | None:
+    """The PodGroup the pod names (spec.schedulingGroup.podGroupName), read
+    once; None when it names none. Not found, or the API not served: a
+    lookup that finds nothing (the pod then waits GangIncomplete)."""
+    name = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    if not name:
+        return None
+    ns = str((pod.get("metadata") or {}).get("namespace") or "")
+    try:
+        found: Obj | None = kube.request_json(
+            api, "GET", f"/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups/{name}")
+    except (ApiError, OSError):
+        found = None
+    return lambda n, g: found if (n, g) == (ns, name) else None
 
 
 def _events(api: client.ApiClient, ns: str, uid: str) -> list[dict[str, Any]]:
