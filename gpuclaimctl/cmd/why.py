@@ -35,7 +35,7 @@ from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
 from gpuclaimctl.model import keys
-from gpuclaimctl.model.api import CLAIMS_ANNOTATION, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
+from gpuclaimctl.model.api import CLAIMS_ANNOTATION, FINISHED_PHASES, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
 from gpuclaimctl.model.gangs import GangError, PodGroupLookup, PodGroupMissing, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
 from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time
@@ -359,7 +359,7 @@ def _gang_outcome(world: WhatIf, pod: Obj, objects: ClusterObjects, now: datetim
     for other in objects.pods:
         meta = other.get("metadata") or {}
         if meta.get("uid") == uid or meta.get("namespace") != gang.namespace or meta.get("deletionTimestamp") \
-                or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                or (other.get("status") or {}).get("phase") in FINISHED_PHASES:
             continue
         try:
             theirs = pod_gang(other, podgroups)

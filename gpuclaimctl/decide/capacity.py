@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuclaimctl.model.api import UNKNOWN_RESOURCE
+from gpuclaimctl.model.api import FINISHED_PHASES, UNKNOWN_RESOURCE
 from gpuclaimctl.model.resources import extended_resources, pod_request
 from gpuclaimctl.model.snapshot import NO_USE, Usage, claim_holds_gpus
 
 
-_FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 def claim_usage(claim: Mapping[str, Any], resource_of_class: Mapping[str, str]) -> tuple[str, str, int] | None:
@@ -88,7 +87,7 @@ def fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
 
 def pod_holds_node(pod: Mapping[str, Any]) -> bool:
     """Bound to a node and not finished: its containers' requests count."""
-    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in _FINISHED
+    return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
 def pod_usage(pod: Mapping[str, Any]) -> Iterator[tuple[str, str, int]]:

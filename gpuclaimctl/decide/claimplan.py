@@ -19,7 +19,6 @@ from gpuclaimctl.model import api
 from gpuclaimctl.model.podclaims import has_gate, named_claims, template_owner_uid
 from gpuclaimctl.model.snapshot import format_time, parse_time
 
-_FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 class Stale(StrEnum):
@@ -61,7 +60,7 @@ def reservation_verdict(ref_uid: str, pod: PodFacts | None) -> Stale | None:
         return Stale.DELETED
     if pod.uid != ref_uid:
         return Stale.REPLACED
-    if pod.phase in _FINISHED:
+    if pod.phase in api.FINISHED_PHASES:
         return Stale.FINISHED
     if pod.deleting and not pod.node_name:
         return Stale.UNSCHEDULED

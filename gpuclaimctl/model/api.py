@@ -50,6 +50,9 @@ PLACED_NODE_ANNOTATION = f"{GROUP}/node"
 GANG_ANNOTATION = f"{GROUP}/gang"
 GANG_SIZE_ANNOTATION = f"{GROUP}/gang-size"
 
+# A pod in one of these phases is done: it holds no GPUs and never runs again.
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
 # Removed only when nothing reserves the claim.
 CLAIM_FINALIZER = f"{GROUP}/claim"
 

@@ -25,6 +25,7 @@ from gpuclaimctl.model.api import (
     CLAIM_FINALIZER,
     CLAIM_KIND,
     CLAIMS_ANNOTATION,
+    FINISHED_PHASES,
     PLACED_NODE_ANNOTATION,
     POD_CLAIM_NAME_ANNOTATION,
     SCHEDULING_GATE,
@@ -441,4 +442,4 @@ def names_claims_ungated(pod: Mapping[str, Any]) -> bool:
     if CLAIMS_ANNOTATION not in annotations or PLACED_NODE_ANNOTATION in annotations or has_gate(pod):
         return False
     return not (pod.get("spec") or {}).get("nodeName") and \
-        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        (pod.get("status") or {}).get("phase") not in FINISHED_PHASES

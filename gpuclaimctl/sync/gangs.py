@@ -65,7 +65,6 @@ from gpuclaimctl.sync.pods import (
 
 log = logging.getLogger("gpuclaimctl.sync.gangs")
 Obj = dict[str, Any]
-_FINISHED = frozenset({"Succeeded", "Failed"})
 # Seconds before a gang whose earlier bind is not seen back yet is decided again.
 _UNSETTLED_RETRY = 1.0
 # Seconds before a pod naming a PodGroup looks again while PodGroups are not
@@ -118,7 +117,7 @@ def _members(ctx: SyncContext, gang: Gang) -> list[Obj]:
     """The gang's pods the cache shows, not being deleted and not finished."""
     out = []
     for m in ctx.pods.by_index(indexes.PODS_BY_GANG, gang.key):
-        if m["metadata"].get("deletionTimestamp") or (m.get("status") or {}).get("phase") in _FINISHED:
+        if m["metadata"].get("deletionTimestamp") or (m.get("status") or {}).get("phase") in api.FINISHED_PHASES:
             continue
         out.append(m)
     return out

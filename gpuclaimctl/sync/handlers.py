@@ -127,7 +127,7 @@ class Handlers:
         if self._sync_would_act(pod):
             self.queue.add(POD + keys.key_of(pod))
         self._enqueue_gang_mates(pod)
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") \
+        if (pod.get("status") or {}).get("phase") in api.FINISHED_PHASES \
                 or pod["metadata"].get("deletionTimestamp"):
             # First seen finished or going (a new leader's cache, a relist):
             # a claim sync that read it live while it still ran kept its
@@ -151,7 +151,7 @@ class Handlers:
             self._enqueue_gang_mates(old)
             self._enqueue_gang_mates(new)
         old_phase, new_phase = (old.get("status") or {}).get("phase"), (new.get("status") or {}).get("phase")
-        if old_phase != new_phase and new_phase in ("Succeeded", "Failed"):
+        if old_phase != new_phase and new_phase in api.FINISHED_PHASES:
             self._enqueue_claims_of_pod(new)
         elif new["metadata"].get("deletionTimestamp") and not old["metadata"].get("deletionTimestamp"):
             self._enqueue_claims_of_pod(new)
