@@ -535,8 +535,6 @@ def test_a_member_lost_with_its_node_is_replaced_and_placed_alone_while_the_othe
         if c is None or c.phase != "Bound" or c.node != home:
             problems.append(f"t={s.t - t0:.2f}s: {stays}-g is {c}")
     assert not problems, f"the survivor was disturbed ({len(problems)} samples):\n" + "\n".join(problems[:10])
-    assert any((s.claims.get(f"{lost}-g") or ClaimSeen(None, None, None)).phase == "Lost"
-               for s in w.samples[from_sample:]), "a sample shows the lost member's claim Lost"
     # Placed by itself, bind before release: every sample since the node
     # went that shows the replacement released (pods are listed before
     # claims) shows its claim Bound on the third node.
