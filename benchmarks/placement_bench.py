@@ -23,16 +23,27 @@ without claims spread over them — and times, in one run:
   counting against the next), the median of several runs, printed beside
   the single-pod decision of the same run; and for one of 512, which does
   not fit and waits;
+* the scan and the node index side by side (issue 48): the same pods on
+  the same snapshot and usage with 50 placements in flight, decided by
+  scanning every node (the usage as a plain map, what the view handed out
+  before: ``combine``) and through the index the view keeps
+  (``NodeIndex.usage``: the usage with what is in flight laid over it),
+  each with what it pays per decision for its usage; the index's own
+  costs (its buckets for a class set, built on first use; one usage change
+  applied to it); and whether both chose the same, pod by pod;
+* the growth of both from 500 to 20,000 nodes (10 Bound claims a node, the
+  same mix of pods), per decision and per node;
 
 beside two baselines in the same run: a naive decision that checks every
 node in turn (no class index, no capacity-first order), and a naive
 controller that rebuilds the usage map and the snapshot for every pod. The
 naive decision also checks the fast one: both must choose the same node.
 
-Targets: under 2 ms per pod (issue 5); a gang of 32 × 8 GPUs under 20 ms
-and one of 256 × 8 under 100 ms (issue 44, item 7). The program reports
-each beside its figure, met or MISSED, with the load average; it never
-fails on a figure.
+Targets: under 2 ms per pod (issue 5); under 0.1 ms per pod through the
+node index, usage included (issue 48, item 3); a gang of 32 × 8 GPUs under
+20 ms and one of 256 × 8 under 100 ms (issue 44, item 7). The program
+reports each beside its figure, met or MISSED, with the load average; it
+never fails on a figure.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ from gpuclaimctl.model.api import Phase, ReclaimPolicy, Strategy
 from gpuclaimctl.state.inflight import InFlightPlacements
 from gpuclaimctl.decide.capacity import claim_usage, combine, used_capacity
 from gpuclaimctl.decide.gang import GangMember, GangPlaced, decide_gang
+from gpuclaimctl.decide.nodeindex import NodeIndex
 from gpuclaimctl.model.nodeaffinity import PodNodeRules
 from gpuclaimctl.decide.placement import Placed, decide
 from gpuclaimctl.model.snapshot import ClaimState, ClassInfo, Cluster, NodeInfo, PodInfo, PodRef, Usage
@@ -62,6 +74,10 @@ CLASSES = {"a100": GPU, "h100": GPU, "any": GPU}
 ZONES = [f"zone-{i}" for i in range(10)]
 # Issue 5; issue 44, item 7: a gang's decision, members x GPUs each -> ms.
 TARGET_POD_MS = 2.0
+# Issue 48, item 3: one pod through the node index, its usage included.
+TARGET_INDEXED_POD_MS = 0.1
+# The growth table's sizes (nodes; 10 Bound claims a node).
+GROWTH = (500, 1_000, 5_000, 10_000, 20_000)
 GANG_TARGETS_MS = {(32, 8): 20.0, (256, 8): 100.0}
 # Timed too, without a target: more members of 8 GPUs than the synthetic
 # cluster has nodes with 8 free (about 390), so the gang waits -- the
@@ -248,6 +264,69 @@ def target_row(what: str, figure_ms: float, target_ms: float) -> None:
     print(f"  {what:<48} {figure_ms:9.3f} ms   < {target_ms:g} ms   {verdict}")
 
 
+def short(samples: Sequence[float]) -> str:
+    ms = sorted(s * 1e3 for s in samples)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    return f"mean {statistics.fmean(ms):6.3f}  p50 {ms[len(ms) // 2]:6.3f}  p99 {p99:6.3f} ms"
+
+
+def with_in_flight(nodes: Sequence[NodeInfo], count: int = 50) -> InFlightPlacements:
+    """`count` placements in flight, one GPU each, on nodes spread over the cluster."""
+    inflight = InFlightPlacements()
+    step = max(1, len(nodes) // count)
+    for i in range(count):
+        inflight.add(f"f{i}", PodRef(f"p{i}", f"p{i}"), nodes[(i * step) % len(nodes)].name, GPU, 1, base="1")
+    return inflight
+
+
+def allocatable_of(cluster: Cluster) -> Callable[[str], Mapping[str, int] | None]:
+    def allocatable(name: str) -> Mapping[str, int] | None:
+        node = cluster.nodes.get(name)
+        return None if node is None else node.allocatable
+    return allocatable
+
+
+def growth(sizes: Sequence[int], pods: int, strategy: Strategy, seed: int) -> None:
+    """The scan and the index, decide + usage per pod, from the smallest
+    cluster to the largest: 10 Bound claims and 0.6 claimless GPU pods a
+    node, 50 placements in flight, the same mix of pods."""
+    print(f"\ngrowth ({pods} pods each; 10 Bound claims a node; decide + its usage per decision, mean):")
+    print(f"  {'nodes':>7}  {'scan':>10}  {'per node':>9}  {'node index':>10}  {'p99':>9}  {'scan/index':>10}"
+          f"  same decision")
+    for size in sizes:
+        rng = random.Random(seed + size)
+        raw_nodes = make_nodes(rng, size)
+        raw_claims, raw_pods = fill(rng, raw_nodes, 10 * size, size * 3 // 5)
+        nodes = [NodeInfo.from_api(n) for n in raw_nodes]
+        cluster = Cluster(nodes, [ClassInfo.from_api(c) for c in make_classes()])
+        cluster.warm()
+        used = used_capacity(raw_claims, raw_pods, CLASSES)
+        inflight = with_in_flight(nodes)
+        allocatable = allocatable_of(cluster)
+        index = NodeIndex(used)
+        requests = make_requests(rng, pods, nodes)
+
+        def scan(req: Request) -> object:
+            return decide(req[0], req[1], cluster, combine(used, inflight.usage()), NOW, strategy)
+
+        def indexed(req: Request) -> object:
+            return decide(req[0], req[1], cluster, index.usage(cluster, inflight.usage(), allocatable), NOW,
+                          strategy)
+
+        for req in requests[:20]:
+            scan(req), indexed(req)
+        t_scan = time_each(scan, requests)
+        t_index = time_each(indexed, requests)
+        same = sum(scan(r) == indexed(r) for r in requests)
+        per_node = statistics.fmean(t_scan) / size * 1e9
+        print(f"  {size:>7}  {statistics.fmean(t_scan) * 1e3:7.3f} ms  {per_node:6.1f} ns  "
+              f"{statistics.fmean(t_index) * 1e3:7.3f} ms  "
+              f"{sorted(t_index)[min(len(t_index) - 1, int(len(t_index) * 0.99))] * 1e3:6.3f} ms  "
+              f"{statistics.fmean(t_scan) / statistics.fmean(t_index):9.1f}x  {same}/{len(requests)}")
+        del raw_nodes, raw_claims, raw_pods, used, cluster, index
+        gc.collect()
+
+
 def fmt(samples: Sequence[float]) -> str:
     ms = sorted(s * 1e3 for s in samples)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
@@ -263,6 +342,9 @@ def main() -> None:
     parser.add_argument("--naive-pods", type=int, default=200, help="decisions to time on the naive decision")
     parser.add_argument("--rebuild-pods", type=int, default=5, help="decisions to time when rebuilding all per pod")
     parser.add_argument("--gang-runs", type=int, default=7, help="decisions to time per gang (the median is reported)")
+    parser.add_argument("--growth", default=",".join(map(str, GROWTH)),
+                        help="node counts of the growth table, comma-separated (empty: none)")
+    parser.add_argument("--growth-pods", type=int, default=500, help="decisions to time per size of the growth table")
     parser.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.BINPACK.value)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -379,10 +461,71 @@ def main() -> None:
             f"max {max(gangs[size, gpus]) * 1e3:8.3f} ms   per member {median / size * 1e3:6.3f} ms   "
             f"(n={args.gang_runs})")
 
+    # The scan and the node index on the same pods, snapshot and usage, with
+    # placements in flight: the plain map the view handed out before (combine)
+    # against what it hands out now (NodeIndex.usage).
+    allocatable = allocatable_of(cluster)
+    t0 = time.perf_counter()
+    index = NodeIndex(used)
+    warm_usage = index.usage(cluster, inflight.usage(), allocatable)
+    for req in requests:  # every class set the pods ask for gets its buckets
+        decide(req[0], req[1], cluster, warm_usage, NOW, strategy)
+    t_buckets = time.perf_counter() - t0
+    scan_used = combine(used, inflight.usage())
+    indexed_used = index.usage(cluster, inflight.usage(), allocatable)
+
+    def by_scan(req: Request) -> object:
+        return decide(req[0], req[1], cluster, scan_used, NOW, strategy)
+
+    def by_index(req: Request) -> object:
+        return decide(req[0], req[1], cluster, indexed_used, NOW, strategy)
+
+    for req in requests[:50]:
+        by_scan(req), by_index(req)
+    t_by_scan = time_each(by_scan, requests)
+    t_by_index = time_each(by_index, requests)
+    t_index_usage = time_each(lambda _: index.usage(cluster, inflight.usage(), allocatable), range(200))
+    t_index_huge = time_each(lambda r: decide(r[0], r[1], cluster, indexed_used, NOW, strategy), huge)
+    gpu_used = used.setdefault(GPU, {})
+    changes = [(n.name, d) for n in rng.sample(nodes, min(500, len(nodes))) for d in (1, -1)]
+
+    def one_change(change: tuple[str, int]) -> None:
+        name, delta = change
+        gpu_used[name] = gpu_used.get(name, 0) + delta
+        index.used_changed(GPU, name)
+
+    t_change = time_each(one_change, changes)
+    answered: list[bool] = []
+    index.verify = lambda got, want, what: answered.append(got == want)
+    same_decision = sum(by_scan(r) == decide(r[0], r[1], cluster, index.usage(cluster, inflight.usage(), allocatable),
+                                            NOW, strategy) for r in requests)
+    index.verify = None
+    scan_total = statistics.fmean(t_by_scan) + statistics.fmean(t_combine)
+    index_total = statistics.fmean(t_by_index) + statistics.fmean(t_index_usage)
+    print(f"\nscan and node index side by side ({len(requests)} pods, the same snapshot and usage, "
+          f"{len(inflight)} placements in flight):")
+    print(f"  {'':<40} {'scan (usage: combine)':<40} {'node index (usage: NodeIndex.usage)'}")
+    print(f"  {'usage, per decision':<40} {short(t_combine):<40} {short(t_index_usage)}")
+    print(f"  {'decide':<40} {short(t_by_scan):<40} {short(t_by_index)}")
+    print(f"  {'decide, set fits nowhere':<40} {short(t_huge):<40} {short(t_index_huge)}")
+    print(f"  {'decide + usage, mean':<40} {scan_total * 1e3:6.3f} ms{'':<31} {index_total * 1e3:6.3f} ms   "
+          f"({scan_total / index_total:.1f}x)")
+    print(f"  same decision on {same_decision} of {len(requests)} pods; the index answered "
+          f"{len(answered)} searches ({sum(answered)} the scan's node), the rest were scanned "
+          f"(two-resource sets, or none)")
+    row("node index: buckets of every class set asked", f"{t_buckets * 1e3:9.1f} ms (first use, with the "
+                                                          f"{len(requests)} decisions that built them)")
+    row("node index: one usage change (used_changed)", fmt(t_change))
+
+    sizes = [int(x) for x in args.growth.split(",") if x.strip()]
+    if sizes:
+        growth(sizes, args.growth_pods, strategy, args.seed)
+
     per_pod = statistics.fmean(t_fast) + statistics.fmean(t_combine)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\ntargets, each beside its figure from this run (load average {load}):")
     target_row("one pod: decide + combine, mean", per_pod * 1e3, TARGET_POD_MS)
+    target_row("one pod, node index: decide + its usage, mean", index_total * 1e3, TARGET_INDEXED_POD_MS)
     for (size, gpus), target in GANG_TARGETS_MS.items():
         target_row(f"gang of {size} x {gpus} GPUs: decide_gang, median of {args.gang_runs}",
                    statistics.median(gangs[size, gpus]) * 1e3, target)

@@ -28,7 +28,7 @@ from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.keys import Kind, WorkKey
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, claim_holds_gpus, parse_time
+from gpuclaimctl.model.snapshot import Age, ClassInfo, NodeInfo, age_of, claim_holds_gpus, parse_time, pod_priority
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -361,10 +361,11 @@ class Controller:
         return pods, claims
 
 
-def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str, ...]:
+def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[Any, ...]:
     """The order keys ready together are handed out in: claim and class
     keys first (they free GPUs and keep status; each is quick), then pods
-    oldest first (DESIGN §4: where pods compete, the oldest goes first), so
+    by priority, then oldest first (DESIGN §4, §4d: where pods compete, the
+    higher priority, then the oldest goes first), so
     a freed GPU reaches the oldest waiting pod that fits before younger
     ones are looked at. A pod the cache no longer has goes first: its sync
     does nothing. Pods created in the same second go by namespace, then
@@ -378,7 +379,7 @@ def key_order(key: str, get_pod: Callable[[str, str], Obj | None]) -> tuple[str,
     pod = get_pod(ns, name)
     if pod is None:
         return (" ",)
-    return (" ", pod["metadata"].get("creationTimestamp") or "", ns, name)
+    return (" ", -pod_priority(pod), pod["metadata"].get("creationTimestamp") or "", ns, name)
 
 
 class TurnstileTracker:
@@ -427,7 +428,7 @@ class TurnstileTracker:
         else:
             self._turnstile.leave(pod_key)
 
-    def _enter(self, key: str) -> tuple[datetime, str, str] | None:
+    def _enter(self, key: str) -> Age | None:
         pod_key = WorkKey.of_pod(key)
         if pod_key is None:
             return None
@@ -438,7 +439,7 @@ class TurnstileTracker:
             self._turnstile.leave(pod_key)
         return age
 
-    def _age(self, pod_key: str) -> tuple[datetime, str, str] | None:
+    def _age(self, pod_key: str) -> Age | None:
         """The pod's age if it may compete for GPUs: None for a pod gone,
         being deleted, not gated, or released by this process (its own
         events bring it back while the cache still shows the gate; its
@@ -451,7 +452,7 @@ class TurnstileTracker:
         if meta.get("deletionTimestamp") or self._released(meta.get("uid", "")):
             return None
         created = parse_time(meta.get("creationTimestamp"))
-        return None if created is None else (created, ns, name)
+        return None if created is None else age_of(pod_priority(pod), created, ns, name)
 
 
 def dispatch(ctx: SyncContext, key: str) -> None:

@@ -190,6 +190,15 @@ class ControllerMetrics:
             "gpuclaimctl_claims_lost_total",
             "Bound claims marked Lost because their node was gone or NotReady too long.",
             registry=registry)
+        self.preemptions = Counter(
+            "gpuclaimctl_preemptions_total",
+            "Preemptions started: a set or gang of higher priority evicting pods of lower priority, "
+            "by the preemptor's namespace and priority.",
+            ["namespace", "priority"], registry=registry)
+        self.preempted_pods = Counter(
+            "gpuclaimctl_preempted_pods_total",
+            "Pods evicted by preemption, by the preemptor's namespace and priority.",
+            ["namespace", "priority"], registry=registry)
         self.sync_seconds = Histogram(
             "gpuclaimctl_sync_duration_seconds", "Duration of one sync by key kind and result.",
             ["kind", "result"], buckets=SYNC_BUCKETS, registry=registry)
@@ -211,6 +220,12 @@ class ControllerMetrics:
         (CLAIM_SOURCES: "template" or "inline")."""
         self.claims_created.labels(source).inc()
         self.template_claims_created.inc()
+
+    def preempted(self, namespace: str, priority: int, victims: int) -> None:
+        """A preemptor of `namespace` and `priority` evicted `victims` pods."""
+        labels = (self.namespaces.label(namespace), str(priority))
+        self.preemptions.labels(*labels).inc()
+        self.preempted_pods.labels(*labels).inc(victims)
 
     def observe_release(self, namespace: str, seconds: float) -> None:
         """A pod of `namespace` was released `seconds` after its creation."""

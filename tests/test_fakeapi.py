@@ -101,6 +101,8 @@ SAMPLE_ARGS: dict[str, tuple[Any, ...]] = {
     "delete_claim": ("ns", "c", "u"), "list_claims": (), "get_pod": ("ns", "p"), "get_claim": ("ns", "c"),
     "patch_pod": ("ns", "p", []), "delete_pod": ("ns", "p", "u", "1"),
     "event": (SAMPLE_POD, "Warning", "Capacity", "no node has 2 free GPUs"),
+    "evict_pod": ("ns", "p", "u"), "list_disruption_budgets": ("ns",),
+    "patch_pod_status": ("ns", "p", {"status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}]}}),
 }
 ANSWERS = [(404, "NotFound"), (409, "Conflict"), (409, "AlreadyExists"), (422, "Invalid"),
            (500, "InternalError")]

@@ -135,7 +135,7 @@ def test_every_flag_reaches_the_options(captured: list[Options]) -> None:
         "--metrics-bind-address", "127.0.0.1:9090", "--health-bind-address", "0",
         "--kube-api-qps", "20", "--kube-api-burst", "40", "--placement-strategy", "spread",
         "--reject-for", "1h", "--node-lost-grace", "1.5m", "--shutdown-timeout", "500ms",
-        "--log-format", "json", "-v", "4",
+        "--log-format", "json", "-v", "4", "--no-preemption",
     )
     assert result.exit_code == 0, result.output
     assert captured == [Options(
@@ -145,6 +145,7 @@ def test_every_flag_reaches_the_options(captured: list[Options]) -> None:
         retry_period=4.0, metrics_bind_address="127.0.0.1:9090", health_bind_address="0",
         kube_api_qps=20.0, kube_api_burst=40, strategy=Strategy.SPREAD, reject_for=3600.0,
         node_lost_grace=90.0, shutdown_timeout=0.5, log_format=LogFormat.JSON, verbosity=4,
+        preemption=False,
     )]
 
 
@@ -165,6 +166,20 @@ def test_environment_variables_set_flags_and_flags_win(captured: list[Options]) 
             from_env.strategy, from_env.kube_api_qps, from_env.kube_api_burst) \
         == (7, True, "from-env", 120.0, Strategy.SPREAD, 5.0, 10)
     assert overridden.workers == 2
+
+
+def test_preemption_is_on_unless_turned_off_and_reaches_the_syncs_settings(captured: list[Options]) -> None:
+    """Issue 46: --preemption/--no-preemption (or GPUCLAIMCTL_PREEMPTION)
+    is what the pod and gang syncs read as Settings.preemption."""
+    assert invoke("run").exit_code == 0
+    assert invoke("run", "--no-preemption").exit_code == 0
+    assert invoke("run", env={"GPUCLAIMCTL_PREEMPTION": "false"}).exit_code == 0
+    assert invoke("run", "--preemption", env={"GPUCLAIMCTL_PREEMPTION": "false"}).exit_code == 0
+    assert [o.preemption for o in captured] == [True, False, False, True]
+    assert [app.sync_settings(o).preemption for o in captured] == [True, False, False, True]
+    settings = app.sync_settings(Options(strategy=Strategy.SPREAD, reject_for=5.0, node_lost_grace=7.0))
+    assert (settings.strategy, settings.reject_for, settings.node_lost_grace, settings.preemption) == \
+        (Strategy.SPREAD, 5.0, 7.0, True)
 
 
 def test_a_bad_environment_variable_is_refused_like_a_bad_flag(captured: list[Options]) -> None:

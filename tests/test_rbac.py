@@ -6,7 +6,9 @@ Role and RoleBinding are applied as an operator applies them; the real
 account's token and nothing else, and must do its whole job: place a pod's
 set (template and inline claims created, bound, the pod released), remove
 a stale reservation, delete a finished pod's template claims, delete a pod
-the scheduler refused, write events, hold its Lease, and serve its secure
+the scheduler refused, preempt a pod of lower priority (its namespace's
+PodDisruptionBudgets listed, the Eviction API, a DisruptionTarget condition
+patched into its status), write events, hold its Lease, and serve its secure
 /metrics to a scraper's token (a TokenReview and a SubjectAccessReview per
 token), the way Prometheus scrapes it with deploy/metrics-reader-rbac.yaml.
 
@@ -45,6 +47,13 @@ from tests.test_deploy_manifests import (
     load_yaml_docs,
 )
 from tests.test_e2e import Cluster
+from tests.test_e2e_preemption import (
+    DISRUPTION_TARGET,
+    GRACE_FINALIZER,
+    PREEMPTED_BY_US,
+    PRIORITY,
+    lift_grace,
+)
 from tests.test_failover import ControllerProcess, lease_holder
 
 pytestmark = pytest.mark.plane
@@ -210,6 +219,9 @@ class Stories:
     lease_holder_after_exit: str
     exit_code: int
     audit: list[dict[str, Any]]
+    # Preemption: the victim's DisruptionTarget condition (and whether it
+    # was terminating then).
+    preempted: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Reviews the webhook answered for the pods of the stories.
     admissions: float = 0.0
     # The service account's own kubeconfig (its token lasts an hour).
@@ -234,6 +246,7 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
     nodes: list[str] = []
     proc: ControllerProcess | None = None
     reader_docs: list[dict[str, Any]] = []
+    urgent = f"rbac-urgent-{ns}"  # a PriorityClass
     apply(full_plane, rbac_docs())
     # The webhook serves on loopback, registered with a url: client config
     # (deploy/'s Service has nobody behind it here) under deploy/'s name,
@@ -331,6 +344,35 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
                  timeout=30, message="the Placed and NodeRejected events")
         events = {r: cluster.events(r) for r in ("Placed", "NodeRejected")}
 
+        # Preemption: a notebook of priority 0 fills the roomy node; a set of
+        # priority 1000 evicts it and runs there. The notebook's finalizer
+        # stands for a kubelet's grace period (kwok deletes an evicted pod at
+        # once: tests/test_e2e_preemption.py), so the status patch finds it.
+        kube.request(api_client, "POST", PRIORITY, body={
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": urgent},
+            "value": 1000})
+        manifest = cluster.pod_manifest("notebook", [{"name": "g", "className": fit, "count": 8}])
+        manifest["metadata"]["finalizers"] = [GRACE_FINALIZER]
+        cluster.core.create_namespaced_pod(ns, manifest)
+        wait_for(lambda: cluster.running_on("notebook", roomy), timeout=60,
+                 message=lambda: f"notebook Running on {roomy}: {cluster.describe_pod('notebook')}")
+        manifest = cluster.pod_manifest("urgent", [{"name": "g", "className": fit, "count": 8}])
+        manifest["spec"]["priorityClassName"] = urgent
+        cluster.core.create_namespaced_pod(ns, manifest)
+
+        def marked() -> dict[str, Any] | None:
+            p = cluster.read_pod("notebook")
+            for c in (p.status.conditions or ()) if p is not None else ():
+                if c.type == DISRUPTION_TARGET and c.reason == PREEMPTED_BY_US:
+                    return {"reason": c.reason, "message": c.message, "deleting": bool(p.metadata.deletion_timestamp)}
+            return None
+
+        preempted = wait_for(marked, timeout=30, message=lambda: "notebook evicted and marked DisruptionTarget: "
+                             f"{cluster.describe_pod('notebook')}\n{running.log_tail()}")
+        lift_grace(cluster, ["notebook"])
+        wait_for(lambda: cluster.running_on("urgent", roomy), timeout=60,
+                 message=lambda: f"urgent Running on {roomy}: {cluster.describe_pod('urgent')}")
+
         def renewed() -> bool:
             lease = kube.request_json(api_client, "GET", "/apis/coordination.k8s.io/v1/"
                                       f"namespaces/{SYSTEM_NAMESPACE}/leases/{LEASE_NAME}")
@@ -345,12 +387,17 @@ def stories(full_plane: ControlPlane, api_client: client.ApiClient, crds: list[s
             node=roomy, placed_claims=placed, events=events, stale_claim=stale_after,
             lease_holder_after_exit=lease_holder(api_client, SYSTEM_NAMESPACE, LEASE_NAME),
             exit_code=code, audit=full_plane.audit_events(SERVICE_ACCOUNT), admissions=admissions,
-            kubeconfig=kubeconfig)
+            kubeconfig=kubeconfig, preempted=preempted)
     finally:
         kubectl(full_plane, "delete", "--ignore-not-found", "-f", "-",
                 stdin=yaml.safe_dump_all([mutating, validating]))
         if proc is not None:
             proc.stop()
+        lift_grace(cluster)
+        try:
+            kube.request(api_client, "DELETE", f"{PRIORITY}/{urgent}")
+        except kube.ApiError:
+            pass
         cluster.cleanup()
         for n in nodes:
             core.delete_node(n)
@@ -372,6 +419,12 @@ def test_controller_does_its_whole_job_with_only_its_service_accounts_rights(
     assert sorted(e.involved_object.name for e in stories.events["Placed"]) == ["refused", "train"]
     assert [e.involved_object.name for e in stories.events["NodeRejected"]] == ["refused"]
     assert stories.stale_claim["status"]["phase"] == "Pending"
+    # It preempted the notebook for the set of higher priority, which ran in its place.
+    assert stories.preempted["deleting"], stories.preempted
+    assert "higher priority pod" in stories.preempted["message"] and "/urgent (priority 1000)" in \
+        stories.preempted["message"], stories.preempted
+    assert {("list", "policy", "poddisruptionbudgets", ""), ("create", "", "pods", "eviction"),
+            ("patch", "", "pods", "status")} <= used(stories.audit)
     # It led on deploy/'s Lease, renewed it, and handed it back on SIGTERM.
     assert stories.exit_code == 0
     assert stories.lease_holder_after_exit == ""

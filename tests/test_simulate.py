@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuclaimctl.client import kube
-from gpuclaimctl.cmd import cli, simulate as sim, snapshotfile
+from gpuclaimctl.cmd import cli, decisionview, simulate as sim, snapshotfile
 from gpuclaimctl.cmd.snapshotfile import SnapshotError, Taken
 from gpuclaimctl.controlplane import ControlPlane
 from gpuclaimctl.decide.whatif import ClusterObjects, WhatIf, simulate
@@ -493,6 +493,12 @@ def test_a_saved_snapshot_answers_as_the_live_cluster_did_and_takes_edits(
         common = ["simulate", "-f", str(manifest), "-n", namespace, "--replicas", "2", "-o", "json"]
         live = json.loads(CliRunner().invoke(cli.main, [*common, "--kubeconfig", kubeconfig]).output)
         offline = json.loads(CliRunner().invoke(cli.main, [*common, "--snapshot", str(saved)]).output)
+        # Placement answers alike; whom preemption would take, only the live
+        # read can tell (a snapshot keeps neither the pod "running" nor priorities).
+        said = [c.pop("preemption", None) for c in offline["workloads"][0]["copies"]]
+        assert said[1] is not None and said[1]["message"] == sim.PREEMPTION_UNSEEN
+        said = [c.pop("preemption", None) for c in live["workloads"][0]["copies"]]
+        assert said[1] is not None and said[1]["message"].startswith("none would make it fit")
         assert live["workloads"] == offline["workloads"]
         assert [c.get("node") or c["reason"] for c in live["workloads"][0]["copies"]] == [node, "Capacity"]
 
@@ -530,3 +536,159 @@ def test_an_indexed_job_with_a_gang_is_answered_for_as_a_whole() -> None:
     # Placed copies count for what follows, as single pods' do.
     outs = run(objects(*nodes, api_node("a3", 8)), gang_job("train", 4, 8), deployment("d", inline(1)))
     assert placements(outs)[4] == WaitReason.CAPACITY
+
+
+# -- preemption (issue 46) ------------------------------------------------------------------
+
+
+def placed_pod(name: str, node: str, gpus: int, priority: int = 0, age: int = 60,
+               ns: str = "team") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod gpuclaimctl placed on `node`, created `age` minutes before NOW,
+    and its claim holding `gpus` there."""
+    created = NOW.replace(minute=0) if age == 60 else NOW - __import__("datetime").timedelta(minutes=age)
+    pod = {"metadata": {"name": name, "namespace": ns, "uid": name,
+                        "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")},
+           "spec": {"nodeName": node, "priority": priority, "containers": [{"name": "main"}]},
+           "status": {"phase": "Running"}}
+    return pod, bound_claim(f"{name}-g", node, gpus, ns=ns, pod_uid=name)
+
+
+def full_cluster() -> ClusterObjects:
+    """a0 and a1 of 8 GPUs, each full with two notebooks of priority 0
+    (a1's the younger)."""
+    made = [placed_pod("nb-a", "a0", 4, age=90), placed_pod("nb-b", "a0", 4, age=80),
+            placed_pod("nb-c", "a1", 4, age=20), placed_pod("nb-d", "a1", 4, age=10)]
+    return objects(api_node("a0", 8), api_node("a1", 8), claims=[c for _, c in made], pods=[p for p, _ in made])
+
+
+URGENT = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+          "value": 1000}
+
+
+def urgent_deployment(name: str, count: int, replicas: int, priority_class: str = "urgent") -> dict[str, Any]:
+    d = deployment(name, inline(count), replicas=replicas)
+    d["spec"]["template"]["spec"]["priorityClassName"] = priority_class
+    return d
+
+
+def test_copies_that_wait_for_room_show_the_preemption_each_would_make_one_after_the_other() -> None:
+    """Two copies of priority 1000 (from their PriorityClass), 8 GPUs each,
+    on two full nodes: the first preempts a1's younger notebooks; the
+    second, seeing those GPUs held for the first, a0's; a third finds none.
+    Nothing is evicted: the snapshot's objects are as they were."""
+    world = full_cluster()
+    before = json.dumps(world.__dict__, sort_keys=True, default=str)
+    m = read_manifests([urgent_deployment("train", 8, 3)], "team", None)
+    result = sim.run(m, Taken(world, NOW), sim.LIVE, (), priority_classes=[URGENT])
+    outs: list[Any] = list(result.results[0][1])
+    assert placements(outs) == [WaitReason.PREEMPTING, WaitReason.PREEMPTING, WaitReason.CAPACITY]
+    plans = [o.preemption.plan for o in outs[:2]]
+    assert [(p.node, [v.name for v in p.victims]) for p in plans] == [("a1", ["nb-c", "nb-d"]),
+                                                                    ("a0", ["nb-a", "nb-b"])]
+    assert outs[2].preemption.plan is None and outs[2].preemption.note.startswith("none would make it fit")
+    assert json.dumps(world.__dict__, sort_keys=True, default=str) == before
+
+    text = sim.render_text(result)
+    assert "Preemption for the copies that would wait for room (nothing is evicted here):" in text
+    rows = [line.split(maxsplit=4) for line in text.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
+    assert rows[3:] == [
+        ["1", "train-sim-0", "1000", "a1", "team/nb-c (priority 0), team/nb-d (priority 0)"],
+        ["2", "train-sim-1", "1000", "a0", "team/nb-a (priority 0), team/nb-b (priority 0)"],
+        ["3", "train-sim-2", "1000", "-", outs[2].preemption.note]]
+    assert rows[0][2] == "Preempting" and "on node a1: team/nb-c (priority 0)" in rows[0][4]
+    assert "Nothing is evicted here." in text
+
+    copies_doc = json.loads(sim.render_json(result))["workloads"][0]["copies"]
+    assert copies_doc[0]["reason"] == "Preempting"
+    assert [(v["pod"], v["priority"]) for v in copies_doc[0]["preemption"]["victims"]] == [
+        ("team/nb-c", 0), ("team/nb-d", 0)]
+    assert copies_doc[2]["preemption"]["node"] is None
+
+
+def test_copies_of_the_priority_of_the_pods_there_or_lower_and_those_that_never_preempt_wait() -> None:
+    m = read_manifests([deployment("plain", inline(8), replicas=1), urgent_deployment("polite", 8, 1, "polite")],
+                       "team", None)
+    polite = {**URGENT, "metadata": {"name": "polite"}, "preemptionPolicy": "Never"}
+    outs: list[Any] = [o for _, os in sim.run(m, Taken(full_cluster(), NOW), sim.LIVE, (),
+                                   priority_classes=[URGENT, polite]).results for o in os]
+    assert placements(outs) == [WaitReason.CAPACITY, WaitReason.CAPACITY]
+    assert outs[0].preemption.note.startswith("none would make it fit") and outs[0].preemption.priority == 0
+    assert outs[1].preemption.priority == 1000 and "preemptionPolicy is Never" in outs[1].preemption.note
+    off = sim.run(m, Taken(full_cluster(), NOW), sim.LIVE, (), preemption=decisionview.preemption_rules(False),
+                  priority_classes=[URGENT])
+    assert all(o.preemption is not None and "--no-preemption" in o.preemption.note
+               for _, os in off.results for o in os)
+
+
+@pytest.mark.parametrize("pod, classes, priority, policy, problem", [
+    pytest.param({"spec": {"priorityClassName": "urgent"}}, [URGENT], 1000, None, "", id="its-class"),
+    pytest.param({"spec": {}}, [{**URGENT, "globalDefault": True},
+                                {"metadata": {"name": "low"}, "value": 5, "globalDefault": True,
+                                 "preemptionPolicy": "Never"}], 5, "Never", "",
+                 id="the-global-default-of-lowest-value"),
+    pytest.param({"spec": {}}, [URGENT], 0, None, "", id="none-at-all"),
+    pytest.param({"spec": {"priorityClassName": "urgent", "preemptionPolicy": "PreemptLowerPriority"}},
+                 [{**URGENT, "preemptionPolicy": "Never"}], 1000, "PreemptLowerPriority", "",
+                 id="its-own-policy-wins"),
+    pytest.param({"spec": {"priority": 7}}, [URGENT], 7, None, "", id="set-already"),
+    pytest.param({"spec": {"priorityClassName": "nosuch"}}, [URGENT], 0, None,
+                 "PriorityClass nosuch is not found: taken as priority 0 (the API server refuses the pod)",
+                 id="unknown-class"),
+])
+def test_a_copy_gets_the_priority_the_api_server_would_give_it(pod: dict[str, Any], classes: list[dict[str, Any]],
+                                                                priority: int, policy: str | None,
+                                                                problem: str) -> None:
+    from gpuclaimctl.decide.whatif import admitted
+
+    got, said = admitted(pod, classes)
+    assert (got["spec"]["priority"], got["spec"].get("preemptionPolicy"), said) == (priority, policy, problem)
+    assert "priority" not in pod["spec"] or pod["spec"]["priority"] == 7  # the copy is new, not edited
+
+
+def test_an_unknown_priority_class_is_warned_about_once_per_workload() -> None:
+    m = read_manifests([urgent_deployment("train", 1, 3, "nosuch")], "team", None)
+    result = sim.run(m, Taken(objects(api_node("a0", 8)), NOW), sim.LIVE, (), priority_classes=[URGENT])
+    assert result.warnings == ("Deployment team/train: PriorityClass nosuch is not found: taken as priority 0 "
+                               "(the API server refuses the pod)",)
+
+
+def test_on_a_snapshot_without_the_pods_its_claims_serve_preemption_is_not_simulated() -> None:
+    """`gpuclaimctl snapshot` keeps only pods that request GPUs themselves,
+    without their priorities: whom preemption would take cannot be told."""
+    m = read_manifests([urgent_deployment("train", 8, 1)], "team", None)
+    trimmed = Taken(snapshotfile.trim(full_cluster()), NOW)
+    out: Any = sim.run(m, trimmed, "snapshot s.json", (), priority_classes=[URGENT]).results[0][1][0]
+    assert out.explanation.decision.reason == WaitReason.CAPACITY
+    assert out.preemption.note == sim.PREEMPTION_UNSEEN
+    assert sim.preemption_unseen(full_cluster()) == ""
+    # The same objects whole are seen as the live read sees them.
+    whole = sim.run(m, Taken(full_cluster(), NOW), "snapshot s.json", (), priority_classes=[URGENT])
+    assert placements(list(whole.results[0][1])) == [WaitReason.PREEMPTING]
+
+
+def test_a_gang_preempts_as_a_whole_in_simulate() -> None:
+    job = gang_job("train", 2, 8)
+    job["spec"]["template"]["spec"]["priorityClassName"] = "urgent"
+    m = read_manifests([job], "team", None)
+    outs: list[Any] = list(sim.run(m, Taken(full_cluster(), NOW), sim.LIVE, (),
+                                   priority_classes=[URGENT]).results[0][1])
+    assert placements(outs) == [WaitReason.PREEMPTING] * 2
+    plan = outs[0].preemption.plan
+    assert plan is outs[1].preemption.plan and plan.node == "a0, a1"
+    assert sorted(v.name for v in plan.victims) == ["nb-a", "nb-b", "nb-c", "nb-d"]
+
+
+def test_the_command_shows_the_preemption_unless_told_the_controller_runs_without(tmp_path: Path) -> None:
+    """A snapshot holding the placed pods whole (with their priorities), a
+    pod of priority 1000: Preempting; with --no-preemption it waits."""
+    saved = tmp_path / "whole.json"
+    saved.write_text(snapshotfile.dumps(Taken(full_cluster(), NOW)))
+    pod = bare_pod("urgent", inline(8))
+    pod["spec"]["priority"] = 1000
+    manifest = tmp_path / "urgent.yaml"
+    manifest.write_text(yaml.safe_dump(pod))
+    args = ["simulate", "-f", str(manifest), "--snapshot", str(saved), "-n", "team", "-o", "json"]
+    copy = json.loads(CliRunner().invoke(cli.main, args).output)["workloads"][0]["copies"][0]
+    assert (copy["reason"], copy["preemption"]["node"]) == ("Preempting", "a1")
+    copy = json.loads(CliRunner().invoke(cli.main, [*args, "--no-preemption"]).output)["workloads"][0]["copies"][0]
+    assert copy["reason"] == "Capacity" and "--no-preemption" in copy["preemption"]["message"]

@@ -316,8 +316,30 @@ def test_a_waiting_pod_shows_the_reason_and_message_its_claim_carries() -> None:
     claims = [claim("shared", "a100", 4, waiting=("Capacity", "no node has 4 free nvidia.com/gpu"))]
     pods = [gated_pod("trainer", [{"name": "gpu", "claim": "shared"}], age=timedelta(minutes=7, seconds=3))]
     rows = section(render([], [], claims, pods, NOW), "Waiting pods")
-    assert rows == [{"NAMESPACE/NAME": "team/trainer", "AGE": "7m3s", "REASON": "Capacity",
+    assert rows == [{"NAMESPACE/NAME": "team/trainer", "AGE": "7m3s", "PRIORITY": "0", "REASON": "Capacity",
                      "MESSAGE": "no node has 4 free nvidia.com/gpu"}]
+
+
+def test_a_preempting_pod_shows_its_priority_and_is_counted_with_the_others_by_reason() -> None:
+    """Issue 46: the preemptor's claims say Preempting, naming the node and
+    its victims; status shows each waiting pod's priority and how many wait
+    for each reason, Preempting among them."""
+    plan = ("a100 set: preempting 1 pod of lower priority on node gpu-a: team/nb (priority 0); "
+            "the GPUs they free are held for it")
+    claims = [owned_claim(template_claim_name("urgent", "gpu"), "urgent", waiting=("Preempting", plan)),
+              owned_claim(template_claim_name("a", "gpu"), "a", waiting=("Capacity", "no room")),
+              owned_claim(template_claim_name("b", "gpu"), "b", waiting=("Capacity", "no room"))]
+    entry = [{"name": "gpu", "className": "a100", "count": 1}]
+    urgent = gated_pod("urgent", entry, age=timedelta(minutes=1))
+    urgent["spec"]["priority"] = 1000
+    pods = [urgent, gated_pod("a", entry, age=timedelta(minutes=3)), gated_pod("b", entry)]
+    text = render([], [], claims, pods, NOW)
+    rows = {r["NAMESPACE/NAME"]: r for r in section(text, "Waiting pods") or []}
+    assert (rows["team/urgent"]["PRIORITY"], rows["team/urgent"]["REASON"], rows["team/urgent"]["MESSAGE"]) \
+        == ("1000", "Preempting", plan)
+    assert rows["team/a"]["PRIORITY"] == "0"
+    assert section(text, statusview.REASONS_TITLE) == [{"REASON": "Capacity", "PODS": "2"},
+                                                       {"REASON": "Preempting", "PODS": "1"}]
 
 
 def test_template_entries_are_resolved_to_the_claims_made_for_the_pod() -> None:
@@ -489,7 +511,7 @@ def test_a_multi_line_message_stays_on_its_row() -> None:
 def test_an_empty_cluster_says_none_in_every_section() -> None:
     assert render([], [], [], [], NOW) == (
         f"{GPUS_TITLE}\nnone\n\nClaims by phase\nnone\n\n{BUDGETS_TITLE}\nnone\n\n"
-        "Waiting pods\nnone\n"
+        f"{statusview.REASONS_TITLE}\nnone\n\nWaiting pods\nnone\n"
     )
 
 

@@ -19,7 +19,7 @@ def _gated(created: str) -> dict:
 
 
 def age(seconds: int, name: str = "p") -> Age:
-    return (T0 + timedelta(seconds=seconds), "ns", name)
+    return (0, T0 + timedelta(seconds=seconds), "ns", name)
 
 
 def test_a_younger_pod_decides_after_an_older_one_inside_leaves() -> None:
@@ -103,7 +103,7 @@ def test_a_pod_handed_out_first_holds_back_one_handed_out_after_it_whose_worker_
     q.add("pod:team/young")
     assert q.get()[0] == "pod:team/old"  # worker A, not yet running its sync
     assert q.get()[0] == "pod:team/young"  # worker B
-    young_age = (parse_time(pods["young"]), "team", "young")
+    young_age = (0, parse_time(pods["young"]), "team", "young")
     done = threading.Event()
 
     def worker_b() -> None:
@@ -133,7 +133,7 @@ def test_a_pod_woken_after_it_decided_holds_back_a_younger_one_until_it_decides_
     turnstile = AgeTurnstile(max_wait=0.2)
     q: Queue[str] = Queue(order=lambda k: pods[k.split("/")[1]], tracker=TurnstileTracker(
         turnstile, lambda ns, name: _gated(pods[name])))
-    young_age = (parse_time(pods["young"]), "team", "young")
+    young_age = (0, parse_time(pods["young"]), "team", "young")
     q.add("pod:team/old")
     assert q.get()[0] == "pod:team/old"  # worker A
     turnstile.leave("team/old")  # A decided: no room; it is writing why
@@ -163,7 +163,7 @@ def test_a_pod_deleted_while_it_is_synced_holds_no_one_back() -> None:
     assert q.get()[0] == "pod:team/old"
     del pods["old"]  # deleted; its delete event adds the key again
     q.add("pod:team/old")
-    assert turnstile.wait_turn("team/young", (parse_time("2026-11-30T10:00:01Z"), "team", "young"))
+    assert turnstile.wait_turn("team/young", (0, parse_time("2026-11-30T10:00:01Z"), "team", "young"))
     q.done("pod:team/old")
     q.shut_down()
 
@@ -231,7 +231,7 @@ def test_the_queue_tells_the_turnstile_of_gated_pods_it_makes_ready_not_released
     turnstile = AgeTurnstile(max_wait=5.0)
     q: Queue[str] = Queue(tracker=TurnstileTracker(
         turnstile, lambda ns, name: pods.get(name), lambda uid: uid == "u-released"))
-    young = ("team/young", (parse_time("2026-11-30T10:00:05Z"), "team", "young"))
+    young = ("team/young", (0, parse_time("2026-11-30T10:00:05Z"), "team", "young"))
     q.add("pod:team/young")
     assert q.get()[0] == "pod:team/young"
     assert turnstile.wait_turn(*young)
@@ -286,7 +286,7 @@ def test_a_pod_ready_again_still_overtakes_a_younger_one_whose_wait_for_it_ran_o
     from gpuclaimctl.model.snapshot import parse_time
 
     pods = {"old": "2026-11-30T10:00:00Z", "young": "2026-11-30T10:00:01Z"}
-    young = ("team/young", (parse_time(pods["young"]), "team", "young"))
+    young = ("team/young", (0, parse_time(pods["young"]), "team", "young"))
     turnstile = AgeTurnstile(max_wait=0.05)
     tracker = TurnstileTracker(turnstile, lambda ns, name: _gated(pods[name]))
     tracker.handed_out("pod:team/young")

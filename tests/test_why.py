@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuclaimctl.client import kube
-from gpuclaimctl.cmd import cli, why
+from gpuclaimctl.cmd import cli, decisionview, why
 from gpuclaimctl.controlplane import ControlPlane
 from gpuclaimctl.decide.explain import Verdict, explain
 from gpuclaimctl.decide.placement import Placed, Waiting, decide
@@ -699,3 +699,167 @@ def test_why_a_podgroup_member_shows_the_gang_s_decision() -> None:
     text = why.render_text(report)
     assert "Decided now: waits, GangCapacity" in text and "3 of 4 sets fit at once" in text, text
     assert "(size 4)" in text
+
+
+# -- preemption (issue 46) ----------------------------------------------------------------
+
+
+def running(name: str, node: str, gpus: int, priority: int = 0, *, deleting: str = "",
+            annotations: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod gpuclaimctl placed on `node` and its claim holding `gpus` there."""
+    meta: dict[str, Any] = {"name": name, "namespace": "team", "uid": f"uid-{name}",
+                            "creationTimestamp": "2025-06-01T10:00:00Z", "annotations": annotations or {}}
+    if deleting:
+        meta["deletionTimestamp"] = deleting
+    pod = {"metadata": meta, "spec": {"nodeName": node, "priority": priority, "containers": [{"name": "main"}]},
+           "status": {"phase": "Running"}}
+    claim = {"metadata": {"name": f"{name}-g", "namespace": "team", "uid": f"c-{name}"},
+             "spec": {"className": "a100", "count": gpus},
+             "status": {"phase": "Bound", "nodeName": node, "resourceName": GPU,
+                        "reservedFor": [{"name": name, "uid": f"uid-{name}"}]}}
+    return pod, claim
+
+
+def urgent(count: int = 6, priority: int = 1000, **spec: Any) -> dict[str, Any]:
+    p = api_pod("urgent", [{"name": "g", "className": "a100", "count": count}])
+    p["spec"].update(priority=priority, **spec)
+    return p
+
+
+def cluster(*placed: tuple[str, str, int, int], nodes: int = 2, claims: list[dict[str, Any]] | None = None,
+            deleting: str = "") -> ClusterObjects:
+    """Nodes a0.. of 8 GPUs, and (name, node, GPUs, priority) pods placed there."""
+    pods, held = [], []
+    for name, node, gpus, priority in placed:
+        p, c = running(name, node, gpus, priority, deleting=deleting)
+        pods.append(p)
+        held.append(c)
+    return ClusterObjects(nodes=[api_node(f"a{i}", 8, {"p": "a100"}) for i in range(nodes)], classes=[CLASS],
+                          claims=held + (claims or []), pods=pods)
+
+
+def test_why_a_pod_that_waits_for_room_shows_the_preemption_the_controller_would_make() -> None:
+    """Six GPUs wanted, none free: on a0 the two pods of lower priority give
+    eight; a1's pod outranks it. Why shows the node, the victims and their
+    priorities, and the decision as the controller's: Preempting. Nothing
+    is evicted: the objects read are as they were."""
+    objects = cluster(("nb-0", "a0", 4, 0), ("nb-1", "a0", 4, 10), ("big", "a1", 8, 5000))
+    before = json.dumps(objects.__dict__, sort_keys=True, default=str)
+    report = why.build(urgent(), objects, NOW)
+    text = why.render_text(report)
+    assert "Its priority 1000." in text
+    assert ("Decided now: waits, Preempting: GPUClaim urgent-g (6 × a100): preempting 2 pods of lower priority "
+            "on node a0: team/nb-0 (priority 0), team/nb-1 (priority 10)") in text, text
+    lines = text.splitlines()
+    at = lines.index("Preemption the controller would make now (at priority 1000), on node a0:")
+    assert [line.split() for line in lines[at + 1:at + 4]] == [
+        ["VICTIM", "PRIORITY", "NODE", "FREES", "ACTION"],
+        ["team/nb-0", "0", "a0", "nvidia.com/gpu=4", "evict"],
+        ["team/nb-1", "10", "a0", "nvidia.com/gpu=4", "evict"]]
+    assert "Nothing is evicted here." in text
+    assert json.dumps(objects.__dict__, sort_keys=True, default=str) == before
+
+    doc = json.loads(why.render_json(report))
+    assert (doc["priority"], doc["preemptionPolicy"]) == (1000, None)
+    assert doc["decision"]["reason"] == "Preempting"
+    assert doc["preemption"]["node"] == "a0" and doc["preemption"]["waitingFor"] == []
+    assert [(v["pod"], v["priority"], v["frees"]) for v in doc["preemption"]["victims"]] == [
+        ("team/nb-0", 0, {GPU: 4}), ("team/nb-1", 10, {GPU: 4})]
+
+
+@pytest.mark.parametrize("pod, objects, rules, said", [
+    pytest.param(urgent(), cluster(("boss", "a0", 8, 2000), ("peer", "a1", 8, 1000)), decisionview.PREEMPTION,
+                 "Preemption (at priority 1000): none would make it fit: evicting pods of lower priority (below "
+                 "1000) that gpuclaimctl placed would not free what it needs on one node.",
+                 id="no-pod-of-lower-priority"),
+    pytest.param(urgent(preemptionPolicy="Never"), cluster(("nb", "a0", 8, 0), nodes=1), decisionview.PREEMPTION,
+                 "Preemption (at priority 1000): none: its preemptionPolicy is Never (it waits for room, "
+                 "evicting nothing).", id="preemptionPolicy-Never"),
+    pytest.param(urgent(), cluster(("nb", "a0", 8, 0), nodes=1), decisionview.preemption_rules(enabled=False),
+                 "Preemption (at priority 1000): none: the controller's preemption is off (--no-preemption).",
+                 id="controller-without-preemption"),
+])
+def test_why_says_why_no_pod_would_be_evicted(pod: dict[str, Any], objects: ClusterObjects, rules: Any,
+                                              said: str) -> None:
+    report = why.build(pod, objects, NOW, preemption=rules)
+    text = why.render_text(report)
+    assert said in text.splitlines(), text
+    assert "Decided now: waits, Capacity" in text
+    assert json.loads(why.render_json(report))["preemption"]["victims"] == []
+
+
+def test_why_says_a_pod_never_preempts_and_shows_no_preemption_where_room_is_not_what_it_waits_for() -> None:
+    report = why.build(urgent(preemptionPolicy="Never"), cluster(), NOW)
+    text = why.render_text(report)
+    assert "Its priority 1000, preemptionPolicy Never (it never preempts)." in text
+    assert "Decided now: placed on node" in text and "Preemption" not in text
+    assert json.loads(why.render_json(report))["preemptionPolicy"] == "Never"
+    missing = why.build(api_pod("p", [{"name": "g", "claim": "nosuch"}]), cluster(("nb", "a0", 8, -5), nodes=1),
+                        NOW)
+    assert "Preemption" not in why.render_text(missing)
+    full = cluster(("nb", "a0", 8, 0), ("x", "a1", 8, 0))
+    assert "Preemption" in why.render_text(why.build(urgent(), full, NOW))
+    assert "Preemption" not in why.render_text(why.build(urgent(), full, NOW, preemption=None))
+
+
+def test_why_a_preempting_pod_is_explained_and_waits_for_its_terminating_victims() -> None:
+    """The controller evicted a0's two pods for it and its claim says
+    Preempting; while they terminate their GPUs still show in use, and
+    the plan made now waits for them rather than evicting more."""
+    message = ("GPUClaim urgent-g (6 × a100): preempting 2 pods of lower priority on node a0: team/nb-0 "
+               "(priority 0), team/nb-1 (priority 0); the GPUs they free are held for it")
+    mine = {"metadata": {"name": "urgent-g", "namespace": "team", "uid": "c-urgent",
+                         "labels": {TEMPLATE_CLAIM_LABEL: TEMPLATE_CLAIM_LABEL_VALUE},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "urgent",
+                                              "uid": "uid-urgent", "controller": True}]},
+            "spec": {"className": "a100", "count": 6},
+            "status": {"conditions": [{"type": "Waiting", "status": "True", "reason": "Preempting",
+                                       "message": message, "lastTransitionTime": "2025-06-01T11:59:50Z"}]}}
+    objects = cluster(("nb-0", "a0", 4, 0), ("nb-1", "a0", 4, 0), nodes=1, claims=[mine],
+                      deleting="2025-06-01T11:59:50Z")
+    text = why.render_text(why.build(urgent(), objects, NOW))
+    assert f"The controller says (since 2025-06-01T11:59:50Z (10s ago)): Preempting: {message}" in text
+    assert why.PREEMPTING_SAID in text
+    assert "Decided now: waits, Preempting: GPUClaim urgent-g (6 × a100): waiting for 2 terminating pods there: " \
+           "team/nb-0, team/nb-1" in text, text
+    rows = [line.split()[:2] + [line.split()[-1]] for line in text.splitlines() if line.startswith("team/nb-")]
+    assert rows == [["team/nb-0", "0", "for"], ["team/nb-1", "0", "for"]]  # terminating: waited for
+
+
+def test_why_a_gang_member_shows_the_gang_s_preemption_at_its_highest_priority() -> None:
+    from gpuclaimctl.model.api import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+
+    gang = {GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}
+    members = [api_pod(f"train-{i}", [{"name": "g", "className": "a100", "count": 8}], annotations=dict(gang))
+               for i in range(2)]
+    members[0]["spec"]["priority"], members[1]["spec"]["priority"] = 0, 1000
+    objects = cluster(("nb-0", "a0", 8, 10), ("nb-1", "a1", 8, 20))
+    objects = ClusterObjects(nodes=objects.nodes, classes=[CLASS], claims=objects.claims,
+                             pods=[*objects.pods, *members])
+    report = why.build(members[0], objects, NOW)
+    text = why.render_text(report)
+    assert "Its priority 0; its gang's is 1000 (its members' highest)." in text
+    assert ("Decided now: waits, Preempting: gang train: preempting 2 pods of lower priority on node a0, a1: "
+            "team/nb-0 (priority 10), team/nb-1 (priority 20)") in text, text
+    assert "Preemption the controller would make now (at priority 1000), on node a0, a1:" in text
+    # A member that says Never keeps the whole gang from preempting.
+    members[1]["spec"]["preemptionPolicy"] = "Never"
+    text = why.render_text(why.build(members[0], objects, NOW))
+    assert "Decided now: waits, GangCapacity" in text
+    assert "none: a member of its gang has preemptionPolicy Never" in text
+
+
+@pytest.mark.parametrize("flags, preemption", [([], True), (["--no-preemption"], False), (["--preemption"], True)])
+def test_why_is_told_whether_the_controller_preempts(monkeypatch: pytest.MonkeyPatch, flags: list[str],
+                                                     preemption: bool) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def main(*args: Any) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(why, "main", main)
+    monkeypatch.delenv("GPUCLAIMCTL_PREEMPTION", raising=False)
+    result = CliRunner().invoke(cli.main, ["why", "team/p", *flags])
+    assert result.exit_code == 0, result.output
+    assert seen[0][-1] is preemption

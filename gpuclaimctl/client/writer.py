@@ -169,6 +169,35 @@ class Writer:
         except (NotFound, Conflict):
             return False
 
+    def evict_pod(self, namespace: str, name: str, uid: str) -> str:
+        """Ask the Eviction API (policy/v1) to evict the pod, which honours
+        its PodDisruptionBudgets: "evicted"; "gone" (deleted already, or
+        another pod under the name); or "refused" (429: a budget allows no
+        disruption now)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"namespace": namespace, "name": name},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        try:
+            self._write("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+        except (NotFound, Conflict):
+            return "gone"
+        except ApiError as e:
+            if e.status == 429:
+                return "refused"
+            raise
+        return "evicted"
+
+    def list_disruption_budgets(self, namespace: str) -> list[Obj]:
+        """The namespace's PodDisruptionBudgets, live (preemption's check)."""
+        got = self._read(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")
+        return list(got.get("items") or ())
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        """A strategic merge patch of the pod's status (conditions merge by type)."""
+        kube.request(self._api, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+                     body=patch, content_type="application/strategic-merge-patch+json",
+                     fence=self._fence, limiter=self._limiter, timeout=WRITE_DEADLINE)
+
     # -- events -----------------------------------------------------------------
 
     def event(self, obj: Obj, type_: str, reason: str, message: str) -> bool:

@@ -137,8 +137,7 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period,
                                     transforms={PODS: prune_pod},
                                     watch_batch_window=options.watch_batch_window)
-    settings = Settings(strategy=options.strategy, reject_for=options.reject_for,
-                        node_lost_grace=options.node_lost_grace)
+    settings = sync_settings(options)
     metrics = ControllerMetrics(registry, max_namespaces=options.metrics_max_namespaces)
     writer = Writer(api_client, fence=fence,
                     limiter=kube.TokenBucket(options.kube_api_qps, options.kube_api_burst),
@@ -150,6 +149,14 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
     metrics.set_state(controller.state_sample)
     metrics.set_waiting(lambda: pod_waits(controller, fence))
     return factory, controller
+
+
+
+def sync_settings(options: Options) -> Settings:
+    """What the syncs read of the options (sync.context.Settings)."""
+    return Settings(strategy=options.strategy, reject_for=options.reject_for,
+                    node_lost_grace=options.node_lost_grace, preemption=options.preemption)
+
 
 
 def pod_waits(controller: Controller, fence: WriteFence | None = None) -> list[PodWait]:

@@ -147,6 +147,10 @@ def version() -> None:
               help="How long a node that refused a pinned pod is skipped for its set.")
 @click.option("--node-lost-grace", type=DURATION, default="5m", show_default=True,
               help="How long a bound claim's node may be gone or NotReady before the claim is Lost.")
+@click.option("--preemption/--no-preemption", default=True, show_default=True,
+              help="Let a set (or gang) that fits nowhere evict pods of lower priority that gpuclaimctl "
+                   "placed on one node, when that makes it fit (PodDisruptionBudgets honoured); off: it "
+                   "waits.")
 @click.option("--shutdown-timeout", type=DURATION, default="20s", show_default=True,
               help="How long in-flight syncs may take to finish on SIGTERM.")
 @click.option("--log-format", type=click.Choice([f.value for f in LogFormat]),
@@ -197,6 +201,7 @@ def run(**flags: Any) -> None:
         strategy=Strategy(flags["placement_strategy"]),
         reject_for=flags["reject_for"],
         node_lost_grace=flags["node_lost_grace"],
+        preemption=flags["preemption"],
         shutdown_timeout=flags["shutdown_timeout"],
         log_format=LogFormat(flags["log_format"]),
         verbosity=flags["verbosity"],
@@ -252,6 +257,10 @@ _STRATEGY = click.option(
     "--placement-strategy", type=click.Choice([s.value for s in Strategy]), default=Strategy.BINPACK.value,
     show_default=True, help="The controller's --placement-strategy (it cannot be read from the cluster).")
 _OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+_PREEMPTION = click.option(
+    "--preemption/--no-preemption", default=True, show_default=True,
+    help="The controller's --preemption (it cannot be read from the cluster): the preemption it would make "
+         "for a set that waits for room is shown; nothing is evicted.")
 
 
 @main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
@@ -261,13 +270,14 @@ _OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json"]), de
 @click.option("--context", default=None)
 @_OUTPUT
 @_STRATEGY
+@_PREEMPTION
 def why(pod: str, namespace: str | None, kubeconfig: str | None, context: str | None, output: str,
-        placement_strategy: str) -> None:
+        placement_strategy: str, preemption: bool) -> None:
     """Why a pod waits for its GPU claims, node by node; or where it went and when."""
     from gpuclaimctl.cmd import why as why_mod
 
     ns, name = why_mod.target(pod, namespace)
-    sys.exit(why_mod.main(ns, name, kubeconfig, context, output, Strategy(placement_strategy)))
+    sys.exit(why_mod.main(ns, name, kubeconfig, context, output, Strategy(placement_strategy), preemption))
 
 
 @main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})
@@ -288,16 +298,18 @@ def why(pod: str, namespace: str | None, kubeconfig: str | None, context: str | 
 @click.option("--context", default=None)
 @_OUTPUT
 @_STRATEGY
+@_PREEMPTION
 def simulate(files: tuple[str, ...], replicas: int | None, snapshot: str | None,
              add_nodes: tuple[dict[str, Any], ...], without_nodes: tuple[str, ...], namespace: str,
-             kubeconfig: str | None, context: str | None, output: str, placement_strategy: str) -> None:
+             kubeconfig: str | None, context: str | None, output: str, placement_strategy: str,
+             preemption: bool) -> None:
     """Where the pods of a manifest would go, or why they would wait; writes nothing."""
     from gpuclaimctl.cmd import simulate as simulate_mod
 
     sys.exit(simulate_mod.main(
         files, replicas=replicas, snapshot=snapshot, add=add_nodes, without=without_nodes,
         namespace=namespace, kubeconfig=kubeconfig, context=context, output=output,
-        strategy=Strategy(placement_strategy)))
+        strategy=Strategy(placement_strategy), preemption=preemption))
 
 
 @main.command(context_settings={"auto_envvar_prefix": "GPUCLAIMCTL"})

@@ -1,4 +1,5 @@
-"""How `why` and `simulate` show a decision: one line for it, a row per node.
+"""How `why` and `simulate` show a decision: one line for it, a row per node;
+and the preemption the controller would make for it, a row per victim.
 
 Text goes through statusview's `table`, so it reads like `gpuclaimctl
 status`; JSON is plain dicts of the same facts. Pure: no client, no clock.
@@ -7,12 +8,17 @@ status`; JSON is plain dicts of the same facts. Pure: no client, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from gpuclaimctl.cmd.statusview import table
 from gpuclaimctl.decide.explain import Explanation, NodeExplanation
 from gpuclaimctl.decide.placement import Decision, Placed
+from gpuclaimctl.decide.preempt import Preemption, Victim
+from gpuclaimctl.decide.victims import GangKeys
+from gpuclaimctl.decide.whatif import PreemptionRules, WouldPreempt
 from gpuclaimctl.model.snapshot import ClaimState, UnresolvedClaim
+from gpuclaimctl.state.indexes import pods_by_gang
+from gpuclaimctl.sync.preemption import STUCK_AFTER
 
 # Said wherever a decision computed here is shown.
 NOT_SEEN_NOTE = (
@@ -21,6 +27,26 @@ NOT_SEEN_NOTE = (
     "shown free, and so can pods waiting longer than this one (the controller serves the oldest "
     "first). Nodes it skips in memory for a template set after kube-scheduler refused a pod are "
     "unknown too; those recorded on the claims are counted.")
+
+
+# The controller's preemption rules, as `why` and `simulate` follow them.
+PREEMPTION_OFF = "none: the controller's preemption is off (--no-preemption)"
+
+
+def preemption_rules(enabled: bool = True) -> PreemptionRules:
+    """The controller's own: its PODS_BY_GANG keys and how long a victim
+    may terminate (sync.preemption.STUCK_AFTER); `enabled`, its --preemption."""
+    # pods_by_gang reads the pod only (its dict type is the indexer's).
+    return PreemptionRules(cast(GangKeys, pods_by_gang), STUCK_AFTER, "" if enabled else PREEMPTION_OFF)
+
+
+PREEMPTION = preemption_rules()
+
+# Said wherever a preemption computed here is shown.
+PREEMPTION_NOTE = (
+    "Nothing is evicted here. What the controller holds in memory is not seen: GPUs being freed for pods "
+    "preempting now (taken by them from pods of their priority or lower), nodes where an eviction was "
+    "refused lately (skipped for a minute), pods it has just evicted.")
 
 
 def decision_line(decision: Decision) -> str:
@@ -70,6 +96,45 @@ def claim_rows(states: Sequence[ClaimState | UnresolvedClaim], exists: Mapping[s
 CLAIM_HEADERS = ("GPUCLAIM", "CLASS", "COUNT", "PHASE", "NODE", "NOTE")
 
 
+def priority_text(priority: int, policy: str | None, gang: int | None = None) -> str:
+    """`priority 1000`, with `preemptionPolicy Never` when the pod never
+    preempts, and the gang's priority when it preempts at another."""
+    text = f"priority {priority}"
+    if policy == "Never":
+        text += ", preemptionPolicy Never (it never preempts)"
+    if gang is not None and gang != priority:
+        text += f"; its gang's is {gang} (its members' highest)"
+    return text
+
+
+VICTIM_HEADERS = ("VICTIM", "PRIORITY", "NODE", "FREES", "ACTION")
+
+
+def victim_rows(plan: Preemption) -> list[tuple[object, ...]]:
+    """One row per pod the plan evicts, then per terminating one it waits for."""
+    return [(v.key, v.priority, v.node, gpus(v.frees), action)
+            for vs, action in ((plan.victims, "evict"), (plan.waiting_for, "terminating: waited for"))
+            for v in vs]
+
+
+def preemption_lines(would: WouldPreempt) -> list[str]:
+    """The plan the controller would make, a row per victim; or why none."""
+    plan = would.plan
+    if plan is None:
+        return [f"Preemption (at priority {would.priority}): {would.note}."]
+    return [f"Preemption the controller would make now (at priority {would.priority}), on node {plan.node}:",
+            *table(VICTIM_HEADERS, victim_rows(plan))]
+
+
+def victims_text(plan: Preemption) -> str:
+    """`team/a (priority 0), team/b (priority 10)`, then the terminating
+    ones it waits for."""
+    parts = [", ".join(f"{v.key} (priority {v.priority})" for v in plan.victims)]
+    if plan.waiting_for:
+        parts.append("waits for terminating " + ", ".join(v.key for v in plan.waiting_for))
+    return "; ".join(p for p in parts if p)
+
+
 # --- JSON -------------------------------------------------------------------------------
 
 
@@ -101,3 +166,15 @@ def claims_json(states: Sequence[ClaimState | UnresolvedClaim],
             out.append({"name": s.name, "className": s.class_name, "count": s.count, "phase": str(s.phase),
                         "node": s.node_name or None, "exists": exists.get(s.name, True)})
     return out
+
+
+def preemption_json(would: WouldPreempt) -> dict[str, Any]:
+    plan = would.plan
+    return {"priority": would.priority, "node": plan.node if plan is not None else None,
+            "victims": [_victim_json(v) for v in plan.victims] if plan is not None else [],
+            "waitingFor": [_victim_json(v) for v in plan.waiting_for] if plan is not None else [],
+            "message": would.note}
+
+
+def _victim_json(v: Victim) -> dict[str, Any]:
+    return {"pod": v.key, "priority": v.priority, "node": v.node, "frees": dict(v.frees)}

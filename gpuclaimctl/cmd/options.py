@@ -71,6 +71,9 @@ class Options:
     strategy: Strategy = Strategy.BINPACK
     reject_for: float = 600.0
     node_lost_grace: float = 300.0
+    # Sets of higher priority evict pods of lower priority this controller
+    # placed, where that makes them fit (DESIGN.md §4d).
+    preemption: bool = True
     shutdown_timeout: float = 20.0
     log_format: LogFormat = LogFormat.TEXT
     verbosity: int = 0

@@ -13,6 +13,15 @@ It answers for GPUs and the pod's node rules, as gpuclaimctl decides them;
 kube-scheduler's other checks (CPU, memory, pod count, ports) come after a
 release and are not simulated.
 
+A copy that would wait for room gets the preemption the controller would
+make for it (decide.whatif: which node, which pods of lower priority), and
+waits Preempting as the controller's would; nothing is evicted, the copies
+after it see the victims terminating and the GPUs they free held for it.
+Copies take the priority the API server would give them, from the cluster's
+PriorityClasses (`admitted`). A snapshot file keeps neither the pods that
+hold GPUs only through their claims nor pods' priorities: on one, whom
+preemption would take cannot be told, and it is said so (`preemption_unseen`).
+
 Nothing is written: the live read is GETs and lists only (a test proves it
 from the API server's audit log). `run` and the renderers are pure; `main`
 reads and prints.
@@ -20,6 +29,7 @@ reads and prints.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,14 +40,16 @@ import click
 import orjson
 import urllib3
 import yaml
+from kubernetes import client
 
-from gpuclaimctl.client.errors import ApiError
+from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
 from gpuclaimctl.cmd.snapshotfile import SnapshotError, Taken
 from gpuclaimctl.cmd.statusview import StatusError, table
-from gpuclaimctl.decide.whatif import Outcome, WhatIf, simulate
+from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, PreemptionRules, WhatIf, admitted, simulate
 from gpuclaimctl.model.api import Strategy
-from gpuclaimctl.model.snapshot import format_time
+from gpuclaimctl.model.snapshot import claim_holds_gpus, format_time
 from gpuclaimctl.model.workloads import Manifests, ManifestError, Workload, copies, read_manifests
 
 Obj = dict[str, Any]
@@ -105,17 +117,51 @@ def _ref(obj: Mapping[str, Any]) -> str:
 
 
 def run(manifests: Manifests, taken: Taken, source: str, edits: Sequence[str],
-        strategy: Strategy = Strategy.BINPACK) -> Simulation:
+        strategy: Strategy = Strategy.BINPACK, preemption: PreemptionRules | None = decisionview.PREEMPTION,
+        priority_classes: Sequence[Obj] = ()) -> Simulation:
     """Decide every copy of every workload, in file order, on `taken` as
-    of its time. Pure."""
+    of its time; each copy with the priority its PriorityClass gives it,
+    and, given the controller's `preemption` rules, the preemption it would
+    make. Pure."""
     now = taken.taken_at
-    world = WhatIf(taken.objects, strategy)
+    if preemption is not None and not preemption.off and source != LIVE:
+        unseen = preemption_unseen(taken.objects)
+        if unseen:
+            preemption = dataclasses.replace(preemption, off=unseen)
+    world = WhatIf(taken.objects, strategy, preemption)
     results = []
+    warnings = list(taken.warnings)
     for workload in manifests.workloads:
-        results.append((workload, tuple(simulate(world, copies(workload, now), now))))
+        pods = []
+        for made in copies(workload, now):
+            pod, problem = admitted(made, priority_classes)
+            pods.append(pod)
+            if problem and f"{workload.ref}: {problem}" not in warnings:
+                warnings.append(f"{workload.ref}: {problem}")
+        results.append((workload, tuple(simulate(world, pods, now))))
     counts = {"nodes": len(taken.objects.nodes), "classes": len(taken.objects.classes),
               "claims": len(taken.objects.claims)}
-    return Simulation(source, now, counts, tuple(edits), tuple(results), manifests.skipped, taken.warnings)
+    return Simulation(source, now, counts, tuple(edits), tuple(results), manifests.skipped, tuple(warnings))
+
+
+def preemption_unseen(objects: ClusterObjects) -> str:
+    """Why `objects` cannot show whom preemption would take ("" if they
+    can): a pod that a claim holding GPUs reserves is not among them, or is
+    without its spec.priority (which the API server always sets), as in a
+    file `gpuclaimctl snapshot` wrote."""
+    pods = {str((p.get("metadata") or {}).get("uid") or ""): p for p in objects.pods}
+    for claim in objects.claims:
+        if not claim_holds_gpus(claim):
+            continue
+        for ref in (claim.get("status") or {}).get("reservedFor") or ():
+            pod = pods.get(str(ref.get("uid") or ""))
+            if pod is None or "priority" not in (pod.get("spec") or {}):
+                return PREEMPTION_UNSEEN
+    return ""
+
+
+PREEMPTION_UNSEEN = ("not simulated: the snapshot lacks the pods its GPU claims serve, or their priorities "
+                     "(gpuclaimctl snapshot leaves them out), so whom preemption would take cannot be told")
 
 
 # --- text ------------------------------------------------------------------------------
@@ -148,12 +194,21 @@ def render_text(sim: Simulation) -> str:
             continue
         lines += table(("COPY", "POD", "RESULT", "NODE", "MESSAGE"),
                        [(i, _name(o), *_result(o)) for i, o in enumerate(outs, 1)])
+        preempting = [(i, o, o.preemption) for i, o in enumerate(outs, 1) if o.preemption is not None]
+        if preempting:
+            lines += ["", "Preemption for the copies that would wait for room (nothing is evicted here):",
+                      *table(("COPY", "POD", "PRIORITY", "NODE", "VICTIMS"),
+                             [(i, _name(o), w.priority, w.plan.node if w.plan is not None else "-",
+                               decisionview.victims_text(w.plan) if w.plan is not None else w.note)
+                              for i, o, w in preempting])]
         first = next((o for o in outs if o.placed is None and o.explanation is not None), None)
         if first is not None and first.explanation is not None:
             lines += ["", f"Why {_name(first)} would wait, node by node (FREE: after the copies before it):",
                       *decisionview.node_lines(first.explanation)]
     lines += ["", f"{sim.placed} of {sim.total} {'copy' if sim.total == 1 else 'copies'} placed.",
               decisionview.NOT_SEEN_NOTE if sim.source == LIVE else SNAPSHOT_NOTE]
+    if any(o.preemption is not None for _, outs in sim.results for o in outs):
+        lines.append(decisionview.PREEMPTION_NOTE)
     if sim.skipped:
         lines.append("Not simulated (not a pod or workload): " + ", ".join(sim.skipped))
     lines += [f"warning: {w}" for w in sim.warnings]
@@ -185,6 +240,8 @@ def render_json(sim: Simulation) -> str:
                 row.update(decisionview.decision_json(o.explanation.decision))
                 if o.placed is None:
                     row["nodes"] = decisionview.nodes_json(o.explanation)
+                if o.preemption is not None:
+                    row["preemption"] = decisionview.preemption_json(o.preemption)
             rows.append(row)
         workloads.append({"kind": workload.kind, "namespace": workload.namespace, "name": workload.name,
                           "copies": rows})
@@ -207,7 +264,7 @@ def _read_text(path: str) -> str:
 
 def main(files: Sequence[str], *, replicas: int | None, snapshot: str | None, add: Sequence[Obj],
          without: Sequence[str], namespace: str, kubeconfig: str | None, context: str | None,
-         output: str, strategy: Strategy) -> int:
+         output: str, strategy: Strategy, preemption: bool = True) -> int:
     def fail(message: str) -> int:
         click.echo(f"gpuclaimctl simulate: {message}", err=True)
         return 1
@@ -215,13 +272,19 @@ def main(files: Sequence[str], *, replicas: int | None, snapshot: str | None, ad
     try:
         texts = [("stdin" if f == "-" else f, _read_text(f)) for f in files]
         manifests = read_files(texts, namespace, replicas)
+        priority_classes: list[Obj] = []
         if snapshot is not None:
             taken = snapshotfile.loads(_read_text(snapshot), snapshot)
             source = f"snapshot {snapshot}"
         else:
             api = statusview.load_client(kubeconfig, context)
             with api:
-                taken = snapshotfile.read_live(api, datetime.now(timezone.utc))
+                # Untrimmed: the pods' priorities, gangs and deletions are
+                # what preemption reads (trimming keeps placement's fields).
+                taken = snapshotfile.read_live(api, datetime.now(timezone.utc), trimmed=False)
+                priority_classes, problem = _priority_classes(api)
+            if problem:
+                taken = dataclasses.replace(taken, warnings=(*taken.warnings, problem))
             source = LIVE
         taken, edits = edit(taken, add, without, manifests)
     except (ManifestError, SnapshotError, StatusError) as e:
@@ -234,6 +297,19 @@ def main(files: Sequence[str], *, replicas: int | None, snapshot: str | None, ad
         return fail(f"the API server refused a read: {e}")
     except urllib3.exceptions.HTTPError as e:
         return fail(f"cannot reach the API server: {e}")
-    sim = run(manifests, taken, source, edits, strategy)
+    sim = run(manifests, taken, source, edits, strategy, decisionview.preemption_rules(preemption),
+              priority_classes)
     click.echo(render_json(sim) if output == "json" else render_text(sim), nl=False)
     return 0
+
+
+def _priority_classes(api: client.ApiClient) -> tuple[list[Obj], str]:
+    """The cluster's PriorityClasses (GET only), and a warning if they
+    cannot be read (then copies are taken at priority 0)."""
+    try:
+        return kube.list_all(api, "/apis/scheduling.k8s.io/v1/priorityclasses"), ""
+    except NotFound:
+        return [], ""
+    except ApiError as e:
+        return [], (f"PriorityClasses could not be listed ({e.status} {e.reason}): copies are taken at "
+                    "priority 0 unless they set one")

@@ -1,6 +1,6 @@
 """`gpuclaimctl status`: the cluster's GPUs, claims, budgets and waiting pods, for a person.
 
-Four sections, each read from one list of each resource:
+Five sections, each read from one list of each resource:
 1. GPUs per node and class: a node is listed under every class it offers
    (the class's nodeSelector matches and the node has the class's resource).
    BOUND is what Bound claims hold on the node for that resource (all
@@ -18,10 +18,12 @@ Four sections, each read from one list of each resource:
    figure (the budget's status.used) also counts its placements in flight,
    which only it knows: read from the API, HELD leaves them out and can
    trail that figure by the GPUs being placed.
-4. Pods still held by the `gpuclaimctl.io/claims` gate, oldest first, with
-   why they wait (waiting_pods): a claim they cannot use, the Waiting
-   condition of their own claims, what gpuclaimctl's Warning events told
-   them, or InvalidClaims with the parse error.
+4. How many of the pods of 5 wait for each reason (Preempting among them:
+   pods of lower priority are being evicted for them, DESIGN.md §4d).
+5. Pods still held by the `gpuclaimctl.io/claims` gate, oldest first, with
+   their priority and why they wait (waiting_pods): a claim they cannot
+   use, the Waiting condition of their own claims, what gpuclaimctl's
+   Warning events told them, or InvalidClaims with the parse error.
 
 `render` is pure (no client, no clock: `now` is passed in); `main` does
 the reading and printing. Nothing here writes to the API server.
@@ -58,7 +60,7 @@ from gpuclaimctl.client import kube
 from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.model.budgets import BudgetInfo
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, UnresolvedClaim, parse_time
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, UnresolvedClaim, parse_time, pod_priority
 from gpuclaimctl.model.podclaims import ClaimEntry, EntrySource, PodClaimsError, pod_claims
 
 RawObject = Mapping[str, Any]
@@ -117,6 +119,13 @@ class WaitingPod:
     created: datetime | None
     reason: str
     message: str
+    priority: int = 0  # spec.priority
+
+
+def reason_counts(waiting: Iterable[WaitingPod]) -> list[tuple[str, int]]:
+    """How many pods wait for each reason, most first (then by reason)."""
+    counts = Counter(p.reason for p in waiting)
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
 def node_state(node: NodeInfo) -> str:
@@ -278,7 +287,8 @@ def waiting_pods(pods: Iterable[RawObject], claims: Iterable[RawObject], told: T
         else:
             reason, message = _why_waiting(pod, got, get_claim, get_template, told, naming) \
                 or (NOT_PROCESSED_REASON, NOT_PROCESSED_MESSAGE)
-        out.append(WaitingPod(namespace, name, parse_time(meta.get("creationTimestamp")), reason, message))
+        out.append(WaitingPod(namespace, name, parse_time(meta.get("creationTimestamp")), reason, message,
+                              pod_priority(pod)))
     # Oldest first, as the controller serves them; no timestamp sorts last.
     far = datetime.max.replace(tzinfo=timezone.utc)
     out.sort(key=lambda p: (p.created or far, p.namespace, p.name))
@@ -476,12 +486,18 @@ def render(
              for r in per_limit],
         ),
         _section(
+            REASONS_TITLE,
+            ("REASON", "PODS"),
+            reason_counts(waiting),
+        ),
+        _section(
             "Waiting pods",
-            ("NAMESPACE/NAME", "AGE", "REASON", "MESSAGE"),
+            ("NAMESPACE/NAME", "AGE", "PRIORITY", "REASON", "MESSAGE"),
             [
                 (
                     f"{p.namespace}/{p.name}",
                     human_duration((now - p.created).total_seconds()) if p.created else "<unknown>",
+                    p.priority,
                     p.reason,
                     p.message,
                 )
@@ -494,6 +510,7 @@ def render(
 
 GPUS_TITLE = ("GPUs per node and class (OTHER: in use by pods without a claim for them; "
               "FREE = ALLOCATABLE - BOUND - OTHER)")
+REASONS_TITLE = "Waiting pods by reason (Preempting: pods of lower priority are being evicted for them)"
 BUDGETS_TITLE = "GPU budgets per namespace (HELD: GPUs claims hold now; placements in flight are not seen here)"
 
 

@@ -5,10 +5,13 @@ claims, the reason and message the controller last wrote on them (their
 Waiting condition), the decision made now by the controller's own code on
 a fresh read of the API (decide.whatif, decide.explain), the namespace's
 GPUBudgets, and one row per node offering the set's classes with its
-verdict and free GPUs. For a pod gpuclaimctl released: the node, when it
-was released (the time of the write that set `gpuclaimctl.io/node`, from
-the pod's managedFields), when kube-scheduler bound it, and the Placed
-event while the API server keeps it.
+verdict and free GPUs; its priority, and for a set that waits for room
+the preemption the controller would make now (which node, which pods of
+lower priority) or why none, evicting nothing; what Preempting means when
+its claims say so. For a pod gpuclaimctl released: the node, when it was
+released (the time of the write that set `gpuclaimctl.io/node`, from the
+pod's managedFields), when kube-scheduler bound it, and the Placed event
+while the API server keeps it.
 
 Reads only (GETs and lists through `kube`); nothing is written. `build`
 and the renderers are pure; `main` reads and prints.
@@ -33,12 +36,19 @@ from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
 from gpuclaimctl.cmd.statusview import BudgetRow, StatusError, human_duration, table
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed
-from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, WhatIf
+from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, PreemptionRules, WhatIf
 from gpuclaimctl.model import keys
-from gpuclaimctl.model.api import CLAIMS_ANNOTATION, FINISHED_PHASES, PLACED_NODE_ANNOTATION, SCHEDULING_GATE, Strategy
+from gpuclaimctl.model.api import (
+    CLAIMS_ANNOTATION,
+    FINISHED_PHASES,
+    PLACED_NODE_ANNOTATION,
+    SCHEDULING_GATE,
+    Strategy,
+    WaitReason,
+)
 from gpuclaimctl.model.gangs import GangError, PodGroupLookup, PodGroupMissing, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
-from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time
+from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time, pod_priority
 
 Obj = Mapping[str, Any]
 
@@ -98,6 +108,9 @@ class Report:
     warnings: tuple[str, ...] = ()
     # The PodGroup the pod names, as read (its gang's size).
     podgroups: PodGroupLookup | None = None
+    # spec.priority, and spec.preemptionPolicy (None: not set).
+    priority: int = 0
+    preemption_policy: str | None = None
 
 
 # --- building the report (pure) ------------------------------------------------------
@@ -105,18 +118,22 @@ class Report:
 
 def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy = Strategy.BINPACK,
           events: Sequence[Obj] = (), warnings: Sequence[str] = (),
-          podgroups: PodGroupLookup | None = None) -> Report:
+          podgroups: PodGroupLookup | None = None,
+          preemption: PreemptionRules | None = decisionview.PREEMPTION) -> Report:
     """The report for `pod` on `objects` (read at `now`); `events` are the
-    pod's own. Pure."""
+    pod's own; `preemption`, the controller's rules (None: none looked
+    for). Pure."""
     meta = pod.get("metadata") or {}
     ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     created = parse_time(meta.get("creationTimestamp"))
     notes = tuple(warnings)
+    policy = (pod.get("spec") or {}).get("preemptionPolicy")
+    priority, policy = pod_priority(pod), str(policy) if policy else None
     annotations = meta.get("annotations") or {}
     claims_by_name = {((c.get("metadata") or {}).get("namespace"), (c.get("metadata") or {}).get("name")): c
                       for c in objects.claims}
     if has_gate(pod):
-        world = WhatIf(objects, strategy)
+        world = WhatIf(objects, strategy, preemption)
         outcome = _gang_outcome(world, pod, objects, now, podgroups) or world.explain(pod, now)
         waiting = [statusview.WaitingPod(ns, name, created, "", "")]
         budgets = tuple(statusview.budget_rows(
@@ -127,19 +144,21 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
                                                        if isinstance(c, UnresolvedClaim)}
                                  | _shared(pod, objects.pods)),
                       warned=_last_warning(events), budgets=budgets,
-                      warnings=notes)
+                      warnings=notes, priority=priority, preemption_policy=policy)
     node = annotations.get(PLACED_NODE_ANNOTATION)
     if not node:
         detail = (f"it names GPU claims but carries no {SCHEDULING_GATE} scheduling gate, so gpuclaimctl "
                   "does not place it" if CLAIMS_ANNOTATION in annotations else
                   f"it has no {CLAIMS_ANNOTATION} annotation: it does not use GPU claims")
-        return Report(ns, name, created, State.NOT_OURS, now, detail=detail, warnings=notes)
+        return Report(ns, name, created, State.NOT_OURS, now, detail=detail, warnings=notes, priority=priority,
+                      preemption_policy=policy)
     try:
         names = [e.claim_name(name) for e in pod_claims(pod)]
     except PodClaimsError:
         names = []
     return Report(ns, name, created, State.RELEASED, now, release=_release(pod, str(node), events),
-                  claims=tuple((n, claims_by_name.get((ns, n))) for n in names), warnings=notes)
+                  claims=tuple((n, claims_by_name.get((ns, n))) for n in names), warnings=notes,
+                  priority=priority, preemption_policy=policy)
 
 
 def _said(pod: Obj, claims: Mapping[tuple[Any, Any], Obj], unusable: Set[str] = frozenset()) -> Said | None:
@@ -279,7 +298,8 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     out = r.outcome
     assert out is not None
     age = f", created {human_duration((r.read_at - r.created).total_seconds())} ago" if r.created else ""
-    lines = [f"{head} waits for its GPU claims (gated by {SCHEDULING_GATE}{age})."]
+    lines = [f"{head} waits for its GPU claims (gated by {SCHEDULING_GATE}{age}).",
+             f"Its {decisionview.priority_text(r.priority, r.preemption_policy, _gang_priority(r))}."]
     if out.invalid:
         return lines + [f"InvalidClaims: {out.invalid}"]
     exists = _exists(out)
@@ -302,6 +322,8 @@ def _waiting_text(head: str, r: Report) -> list[str]:
     if r.said is not None:
         since = f" (since {_when(r.said.since, r.read_at)})" if r.said.since else ""
         lines.append(f"The controller says{since}: {r.said.reason}: {r.said.message}")
+        if r.said.reason == WaitReason.PREEMPTING:
+            lines.append(PREEMPTING_SAID)
     elif r.warned is not None and (not_made or any(isinstance(c, UnresolvedClaim) for c in out.claims)):
         lines.append("The controller says: no Waiting condition on the claims (none it could write: missing, "
                      "refused or another pod's); its warning event tells why")
@@ -315,6 +337,8 @@ def _waiting_text(head: str, r: Report) -> list[str]:
         lines += _agreeing(warned, [(_DECIDED, decided)], decided_note)
     if decided is None or decided not in (said, warned):
         lines += [f"Decided now: {decisionview.decision_line(decision)}", *decided_note]
+    if out.preemption is not None:
+        lines += decisionview.preemption_lines(out.preemption)
     gang = gang_note(out.pod, r.podgroups)
     if gang:
         lines.append(gang)
@@ -325,7 +349,23 @@ def _waiting_text(head: str, r: Report) -> list[str]:
                            "-" if b.held is None else b.held) for b in r.budgets])]
     lines += ["", "Nodes (FREE: GPUs free now; NEED: GPUs the set needs there):",
               *decisionview.node_lines(out.explanation), "", decisionview.NOT_SEEN_NOTE]
+    if out.preemption is not None:
+        lines.append(decisionview.PREEMPTION_NOTE)
     return lines
+
+
+PREEMPTING_SAID = (
+    "Preempting: the controller evicts (or has evicted) the pods of lower priority named for it; the GPUs "
+    "they free are held for it, in the controller's memory (not seen here), and it is placed once they "
+    "are free. While they terminate, a decision made now sees their GPUs still in use.")
+
+
+def _gang_priority(r: Report) -> int | None:
+    """The priority the pod's gang preempts at, when the decision says."""
+    out = r.outcome
+    if out is None or out.preemption is None or not gang_note(out.pod, r.podgroups):
+        return None
+    return out.preemption.priority
 
 
 def gang_note(pod: Obj, podgroups: PodGroupLookup | None = None) -> str:
@@ -401,7 +441,8 @@ def _exists(out: Outcome) -> dict[str, bool]:
 def render_json(r: Report) -> str:
     doc: dict[str, Any] = {"pod": f"{r.namespace}/{r.name}", "state": r.state,
                            "created": format_time(r.created) if r.created else None,
-                           "readAt": format_time(r.read_at)}
+                           "readAt": format_time(r.read_at), "priority": r.priority,
+                           "preemptionPolicy": r.preemption_policy}
     if r.state == State.NOT_OURS:
         doc["detail"] = r.detail
     elif r.state == State.RELEASED and r.release is not None:
@@ -434,6 +475,7 @@ def render_json(r: Report) -> str:
                                "held": b.held} for b in r.budgets]
             doc["nodes"] = decisionview.nodes_json(out.explanation)
             doc["gang"] = gang_note(out.pod, r.podgroups) or None
+            doc["preemption"] = None if out.preemption is None else decisionview.preemption_json(out.preemption)
         doc["note"] = decisionview.NOT_SEEN_NOTE
     doc["warnings"] = list(r.warnings)
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
@@ -465,7 +507,7 @@ def target(text: str, namespace: str | None) -> tuple[str, str]:
 
 
 def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output: str,
-         strategy: Strategy) -> int:
+         strategy: Strategy, preemption: bool = True) -> int:
     try:
         api = statusview.load_client(kubeconfig, context)
         with api:
@@ -486,7 +528,8 @@ def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output
     except (urllib3.exceptions.HTTPError, OSError) as e:
         click.echo(f"gpuclaimctl why: cannot reach the API server: {e}", err=True)
         return 1
-    report = build(pod, taken.objects, now, strategy, events, taken.warnings, podgroups)
+    report = build(pod, taken.objects, now, strategy, events, taken.warnings, podgroups,
+                   decisionview.preemption_rules(preemption))
     click.echo(render_json(report) if output == "json" else render_text(report), nl=False)
     return 0
 

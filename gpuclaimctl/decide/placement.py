@@ -7,8 +7,9 @@ returns `Placed` (one node and what to do with each claim) or `Waiting`
 claim's own reason).
 
 Pure: no client, no clock (`now` is passed in), no globals; nothing here
-writes or reads the API. `Cluster` memoises per-class node indexes, which
-is invisible to callers except in speed.
+writes or reads the API. `Cluster` memoises per-class node indexes, and
+the view's usage carries its node index (decide.nodeindex), both invisible
+to callers except in speed: the index gives the node the scan would.
 
 Rules, in the order they are applied:
 1. Every entry must resolve to a live claim not used by another pod, of a
@@ -47,6 +48,7 @@ from typing import Any
 
 from gpuclaimctl.decide.budget import check_budgets, new_asks
 from gpuclaimctl.decide.capacity import free_on, shortfall
+from gpuclaimctl.decide.nodeindex import IndexedUsage
 from gpuclaimctl.model.api import OnCordon, Phase, ReclaimPolicy, Strategy, WaitReason
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo, BudgetUse
 from gpuclaimctl.model.nodeaffinity import Mismatch, Taint, VolumeConstraint, untolerated_taint
@@ -434,9 +436,12 @@ class _Placer:
 
     def search(self, moved_from_cordon: Sequence[str]) -> Decision:
         """Every node offering all the set's classes competes. The hot loop
-        of the controller: capacity first (cheapest, and in a busy cluster
-        the test most nodes fail), the pod's rules only for a node that
-        would beat the best so far."""
+        of the controller. A set needing one resource, decided on the
+        view's usage, asks the node index (the nodes in score order, the
+        pod's rules checked until one admits it); otherwise every node is
+        looked at: capacity first (cheapest, and in a busy cluster the test
+        most nodes fail), the pod's rules only for a node that would beat
+        the best so far."""
         need = self.need_on("")  # nothing stays: every claim needs GPUs
         class_names = tuple(sorted({c.class_name for c in self.claims}))
         offer = self.cluster.offer(class_names)
@@ -449,23 +454,26 @@ class _Placer:
         best_name = ""
 
         if len(need) == 1:
-            # The common case, kept tight: one resource, whose allocatable
-            # the index holds.
+            # The common case: one resource. The view's usage comes with
+            # its node index (decide.nodeindex), which walks the nodes in
+            # score order and stops at the first the pod admits: the same
+            # node as the scan, which is used where the index cannot say.
             ((resource, n),) = need.items()
-            use = self.used.get(resource, NO_USE).get
-            for name, alloc, node in offer.usable:
-                after = use(name, 0) + n
-                if after > alloc:
-                    continue
-                if spread:
-                    frac, slack = -after / alloc, alloc - after
-                else:
-                    frac, slack = after / alloc, after - alloc
-                if frac < best_frac or (frac == best_frac and slack <= best_slack):
-                    continue
-                if (rejected and name in rejected) or not admits(name, node.labels, node.blocking_taints):
-                    continue
-                best_frac, best_slack, best_name = frac, slack, name
+            used = self.used
+            index = None
+            found = None
+            if isinstance(used, IndexedUsage):
+                index = used.current(self.cluster)
+                if index is not None:
+                    found = index.best(class_names, resource, n, spread, used.extra(resource), rejected, admits)
+            if found is None:
+                best_name = self.scan(offer, resource, n)
+            else:
+                best_name = found
+                if index is not None and index.verify is not None:
+                    index.verify(found, self.scan(offer, resource, n),
+                                 f"pod {self.pod.namespace}/{self.pod.name} needs {n} {resource} "
+                                 f"of {', '.join(class_names)} ({self.strategy.value})")
         else:
             checks = [(r, n, self.used.get(r, NO_USE).get) for r, n in sorted(need.items())]
             for name, _, node in offer.usable:
@@ -494,6 +502,31 @@ class _Placer:
         if best_name:
             return self.placed(best_name, f"{self.set_desc} placed on node {best_name}")
         return self.explain(offer, class_names, need, moved_from_cordon)
+
+    def scan(self, offer: Offer, resource: str, n: int) -> str:
+        """search for a set needing `n` of one `resource`, node by node:
+        capacity first, the pod's rules only for a node that would beat
+        the best so far. The reference the node index is held equal to."""
+        admits = self.pod.rules.admits
+        rejected = self.rejected
+        spread = self.strategy is Strategy.SPREAD
+        best_frac = best_slack = -math.inf
+        best_name = ""
+        use = self.used.get(resource, NO_USE).get
+        for name, alloc, node in offer.usable:
+            after = use(name, 0) + n
+            if after > alloc:
+                continue
+            if spread:
+                frac, slack = -after / alloc, alloc - after
+            else:
+                frac, slack = after / alloc, after - alloc
+            if frac < best_frac or (frac == best_frac and slack <= best_slack):
+                continue
+            if (rejected and name in rejected) or not admits(name, node.labels, node.blocking_taints):
+                continue
+            best_frac, best_slack, best_name = frac, slack, name
+        return best_name
 
     def explain(
         self,

@@ -109,6 +109,9 @@ class WaitReason(StrEnum):
     GANG_INCOMPLETE = "GangIncomplete"
     GANG_CAPACITY = "GangCapacity"
     GANG_INVALID = "GangInvalid"
+    # Pods of lower priority are being evicted for it; the GPUs they free
+    # are held for it (decide.preempt).
+    PREEMPTING = "Preempting"
 
 
 class OnCordon(StrEnum):

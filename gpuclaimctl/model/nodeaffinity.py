@@ -203,6 +203,20 @@ def _requirements(raw: Any) -> tuple[Requirement, ...] | None:
     return tuple(out)
 
 
+def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels and matchExpressions all hold; an
+    empty one selects everything, as a PodDisruptionBudget's does); a
+    malformed one selects nothing."""
+    if not isinstance(selector, Mapping):
+        return False
+    match = selector.get("matchLabels") or {}
+    if not isinstance(match, Mapping) or any(labels.get(k) != v for k, v in match.items()):
+        return False
+    reqs = _requirements(selector.get("matchExpressions"))
+    return reqs is not None and all(r.operator in ("In", "NotIn", "Exists", "DoesNotExist")
+                                    and r.valid_for_labels and r.matches_labels(labels) for r in reqs)
+
+
 @dataclass(frozen=True)
 class Term:
     """A NodeSelectorTerm: all its requirements must hold."""

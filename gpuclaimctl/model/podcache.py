@@ -18,7 +18,8 @@ What is kept is what something in this package reads from a cached pod:
   existing map, or makes the map), and nothing reads the copy;
 - spec: schedulingGates, nodeName, nodeSelector, tolerations and overhead
   whole (the decision and the release's `test`s read them), and
-  schedulingGroup (the PodGroup whose gang the pod is in); of affinity
+  schedulingGroup (the PodGroup whose gang the pod is in), priority and
+  preemptionPolicy (preemption, DESIGN.md §4d); of affinity
   the nodeAffinity alone (pod affinity is the scheduler's; the release
   tests and pins spec.affinity.nodeAffinity only), an empty affinity when
   it has none, so the release knows the field exists; of each
@@ -43,7 +44,8 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 _METADATA = ("name", "namespace", "uid", "resourceVersion", "generateName", "creationTimestamp",
              "deletionTimestamp", "annotations", "ownerReferences", "finalizers")
-_SPEC = ("schedulingGates", "nodeName", "nodeSelector", "tolerations", "overhead", "schedulingGroup")
+_SPEC = ("schedulingGates", "nodeName", "nodeSelector", "tolerations", "overhead", "schedulingGroup",
+         "priority", "preemptionPolicy")
 _CONTAINER = ("name", "resources", "restartPolicy")
 _STATUS = ("phase", "conditions")
 

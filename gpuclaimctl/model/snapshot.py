@@ -240,6 +240,22 @@ class UnresolvedClaim:
     message: str
 
 
+# The order in which pods compete for GPUs (DESIGN.md §4, §4d): higher
+# priority first, then older, then namespace and name -- a total order.
+Age = tuple[int, datetime, str, str]
+
+
+def age_of(priority: int, created: datetime, namespace: str, name: str) -> Age:
+    return (-priority, created, namespace, name)
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` (the admission plugin copies it from the pod's
+    PriorityClass); 0 when it has none, as kube-scheduler reads it."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 @dataclass(frozen=True)
 class PodInfo:
     namespace: str
@@ -254,6 +270,10 @@ class PodInfo:
     # count) pairs, sorted: placement refuses a set that holds less of a
     # class's resource than this.
     requests: tuple[tuple[str, int], ...] = ()
+    # spec.priority (from its PriorityClass; 0 without one), and whether it
+    # may preempt (spec.preemptionPolicy is not Never): DESIGN.md §4d.
+    priority: int = 0
+    preempts: bool = True
 
     @classmethod
     def from_api(cls, pod: Mapping[str, Any], volumes: Sequence[VolumeConstraint] = ()) -> PodInfo:
@@ -270,6 +290,8 @@ class PodInfo:
             created=created,
             rules=PodNodeRules.from_pod_spec(pod.get("spec") or {}, volumes),
             requests=tuple((r, n) for r in sorted(extended_resources(pod)) if (n := pod_request(pod, r)) > 0),
+            priority=pod_priority(pod),
+            preempts=(pod.get("spec") or {}).get("preemptionPolicy") != "Never",
         )
 
 

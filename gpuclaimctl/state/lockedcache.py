@@ -30,6 +30,11 @@ class LockedCache(Generic[K, V]):
         with self._lock:
             return key in self._cache
 
+    def keys(self) -> list[K]:
+        """The keys held now (a copy)."""
+        with self._lock:
+            return list(self._cache.keys())
+
     def get(self, key: K, default: V | None = None) -> V | None:
         with self._lock:
             return self._cache.get(key, default)

@@ -35,6 +35,9 @@ WAITING_CONFLICT_REMEMBERED = 120.0
 # template or the pod makes another body; a fix elsewhere (a webhook, the
 # CRD) is tried within this.
 REFUSED_CREATE_TTL = 60.0
+# Seconds a pod preemption evicted counts as terminating without the
+# informer showing it (Memories.evicted).
+EVICTED_REMEMBERED = 120.0
 
 
 def refused_create_told(status: int, claim_name: str) -> str:
@@ -130,6 +133,15 @@ class Memories:
     # gang waits instead, are let go (sync.gangs).
     gang_unsent: LockedCache[str, frozenset[str]] = field(
         default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # Preemptors (pod uid, or gang key) -> nodes where an eviction they
+    # needed was refused (a PodDisruptionBudget), given up until then
+    # (DESIGN.md §4d).
+    preemption_refused: LockedCache[str, Mapping[str, datetime]] = field(
+        default_factory=lambda: LockedCache(LRUCache(TOLD_REMEMBERED)))
+    # Pods (uid) evicted by preemption lately: terminating as far as
+    # preemption is concerned until the informer shows it.
+    evicted: LockedCache[str, bool] = field(default_factory=lambda: LockedCache(
+        TTLCache(maxsize=TOLD_REMEMBERED, ttl=EVICTED_REMEMBERED)))
     # Rejections of template and inline sets: their claims die with the
     # refused pod, so the rejection lives with the set's identity (the
     # pod's owner and the entries) here, for --reject-for at most.

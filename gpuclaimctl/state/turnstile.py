@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-Age = tuple[datetime, str, str]  # creation time, namespace, name: a total order
+from gpuclaimctl.model.snapshot import Age as Age  # priority, then creation time, namespace, name
 
 
 class AgeTurnstile:

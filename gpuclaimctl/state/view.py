@@ -12,7 +12,14 @@ decided but not yet shown back by the informer. Handlers apply a change
 here before they enqueue the keys it affects, so a worker never decides on
 usage older than the event that woke it; a decision reads `used()`,
 decides and records its placements with the lock held throughout, so no
-two decisions count the same free GPUs.
+two decisions count the same free GPUs. The node index `used()` carries
+(decide.nodeindex) is held to the same: the tracker tells it every change
+of claims' and pods' usage as it applies it, a node change reaches it with
+the snapshot it makes (a class change: its buckets are built again from the
+new snapshot), and what is in flight (entries and their endings, as they
+stand when `used()` is read) and any hold are laid over it per decision;
+it answers only for the usage and snapshot it was read with, and placement
+scans otherwise.
 
 Pure functions get copies, never the live dicts.
 """
@@ -20,17 +27,19 @@ Pure functions get copies, never the live dicts.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuclaimctl.decide.capacity import claim_usage, combine, with_unknown
+from gpuclaimctl.decide.capacity import claim_usage
 from gpuclaimctl.decide.capacity import free_on as capacity_free_on
+from gpuclaimctl.decide.nodeindex import IndexedUsage, NodeIndex
+from gpuclaimctl.state.victims import UnitsOn, VictimCache
 from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
-from gpuclaimctl.model.snapshot import ClassInfo, Cluster, NodeInfo, PodRef, Usage
+from gpuclaimctl.model.snapshot import Age, ClassInfo, Cluster, NodeInfo, PodRef, Usage
 from gpuclaimctl.state.inflight import InFlight, InFlightPlacements, WriteState, parse_rv
 from gpuclaimctl.state.usage import UsageTracker
 
@@ -53,6 +62,10 @@ class ClusterView:
         # Reentrant: a decision holding it may call the methods below.
         self.lock = threading.RLock()
         self.usage = UsageTracker()
+        # Nodes by class set and free GPUs, for placement's search: told
+        # every usage change by the tracker, every node change below.
+        self.node_index = NodeIndex(self.usage.totals)
+        self.usage.on_change = self.node_index.used_changed
         self.inflight = InFlightPlacements()
         self._nodes: dict[str, NodeInfo] = {}
         self._classes: dict[str, ClassInfo] = {}
@@ -66,6 +79,11 @@ class ClusterView:
         self._budget_holds = _BudgetHolds()
         # The oldest waiting gang's hold (Decider.used_by), or None.
         self.gang_hold: GangHold | None = None
+        # GPUs held for preemptors while their victims go (Decider.used_by),
+        # by holder (a pod's uid, or a gang's key).
+        self.nominations: dict[str, Nomination] = {}
+        # What preemption may take per node, kept until the node changes.
+        self.victims = VictimCache()
 
     # -- claims --------------------------------------------------------------------------
 
@@ -141,7 +159,18 @@ class ClusterView:
             nodes = self._pod_pairs(pod, None)
             totals = self._totals_at(nodes)
             self.usage.delete_pod(pod["metadata"]["uid"])
-            return Change(freed_on=self._less(nodes, totals))
+            # A preemptor gone: what was held for it is free for others.
+            held = self.drop_nomination(pod["metadata"]["uid"])
+            return Change(freed_on=self._less(nodes, totals) | held)
+
+    def drop_nomination(self, holder: str) -> frozenset[str]:
+        """End `holder`'s nomination; the nodes where it held GPUs, if it
+        was live (the pods waiting there may fit now)."""
+        with self.lock:
+            old = self.nominations.pop(holder, None)
+            if old is None or old.until <= self._now():
+                return frozenset()
+            return frozenset(n for per in old.usage.values() for n in per)
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -163,7 +192,8 @@ class ClusterView:
                 return False
             self._nodes[name] = info
             if self._cluster is not None:
-                self._cluster = self._cluster.with_node(info)
+                was, self._cluster = self._cluster, self._cluster.with_node(info)
+                self.node_index.follow(self._cluster, was=was, changed=name)
             return True
 
     def delete_node(self, name: str) -> None:
@@ -171,7 +201,8 @@ class ClusterView:
             self._unhealthy_since.setdefault(name, self._now())
             self._nodes.pop(name, None)
             if self._cluster is not None:
-                self._cluster = self._cluster.without_node(name)
+                was, self._cluster = self._cluster, self._cluster.without_node(name)
+                self.node_index.follow(self._cluster, was=was, changed=name)
 
     def unhealthy_since(self, name: str) -> datetime:
         """Since when the node has been NotReady or gone; now, if this is
@@ -223,11 +254,14 @@ class ClusterView:
                 self._cluster = Cluster(self._nodes.values(), self._classes.values())
             return self._cluster
 
-    def used(self) -> dict[str, Mapping[str, int]]:
-        """resource -> node -> GPUs used or in flight (a fresh map)."""
+    def used(self) -> IndexedUsage:
+        """resource -> node -> GPUs used or in flight (GPUs of unknown
+        resource under every resource of their node: capacity.with_unknown),
+        with the node index that answers for it. Read it with the lock
+        held: what the tracker keeps is read live, what is in flight is
+        summed afresh."""
         with self.lock:
-            used = combine(self.usage.totals, self.inflight.usage())
-            return with_unknown(used, self._allocatable)
+            return self.node_index.usage(self.cluster(), self.inflight.usage(), self._allocatable)
 
     def _allocatable(self, node_name: str) -> Mapping[str, int] | None:
         node = self._nodes.get(node_name)
@@ -410,8 +444,23 @@ class GangHold:
     whenever GPUs are freed."""
 
     gang: str  # the gang's key
-    age: tuple[datetime, str, str]  # its oldest member's (creation, namespace, name)
+    age: Age  # its first member's in the order pods compete (priority, creation, namespace, name)
     usage: Mapping[str, Mapping[str, int]]
+    until: datetime
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """GPUs held for a preemptor while the pods it preempts terminate
+    (DESIGN.md §4d): counted as used for every decision but its own and
+    those of higher priority, until it is placed, stops fitting, goes, or
+    `until` passes (its sync renews it meanwhile)."""
+
+    holder: str  # the preemptor: a pod's uid, or a gang's key
+    pod: str     # its ns/name (a gang's: its deciding member's), for people
+    priority: int
+    usage: Mapping[str, Mapping[str, int]]
+    victims: tuple[str, ...]  # ns/name of the pods it waits for
     until: datetime
 
 
@@ -434,14 +483,46 @@ class Decider:
     def used(self) -> Usage:
         return self._view.used()
 
-    def used_by(self, age: tuple[datetime, str, str], gang: str = "") -> tuple[Usage, GangHold | None]:
+    def used_by(self, age: Age, gang: str = "", *, me: str = "",
+                priority: int = 0) -> tuple[Usage, GangHold | None]:
         """What a decision for a pod (or gang `gang`) of `age` sees as used:
         `used()`, plus the oldest waiting gang's hold when that gang is
-        older (and not its own); and the hold it counted, if any."""
-        hold = self._view.gang_hold
-        if hold is None or hold.gang == gang or not hold.age < age or hold.until <= self._view._now():
-            return self._view.used(), None
-        return combine(self._view.used(), hold.usage), hold
+        older (and not its own), plus the GPUs held for preemptors of
+        `priority` or higher other than `me` (its uid, or the gang's key);
+        and the gang hold it counted, if any."""
+        view = self._view
+        now = view._now()
+        extra = [n.usage for k, n in view.nominations.items()
+                 if k != me and k != gang and n.until > now and n.priority >= priority]
+        hold = view.gang_hold
+        if hold is None or hold.gang == gang or not hold.age < age or hold.until <= now:
+            return view.used().plus(*extra), None
+        return view.used().plus(hold.usage, *extra), hold
+
+    def nominate(self, nomination: Nomination) -> frozenset[str]:
+        """Hold GPUs for a preemptor (replacing its earlier nomination);
+        the nodes where the earlier one held GPUs this one does not."""
+        view = self._view
+        old = view.nominations.get(nomination.holder)
+        view.nominations[nomination.holder] = nomination
+        if old is None or old.until <= view._now():
+            return frozenset()
+        now_held = {n for per in nomination.usage.values() for n in per}
+        return frozenset(n for per in old.usage.values() for n in per if n not in now_held)
+
+    def drop_nomination(self, holder: str) -> frozenset[str]:
+        return self._view.drop_nomination(holder)
+
+    def units_on(self, now: datetime, stuck_after: float, evicted: Collection[str] = ()) -> UnitsOn:
+        """node -> what preemption may take there (decide.preempt.Unit): the
+        pods bound there that reserve claims holding GPUs there, a gang's
+        members together. A pod terminating for longer than `stuck_after`
+        seconds past its deletionTimestamp frees nothing one can count on:
+        it is no victim (nor waited for); a pod in `evicted` (uids evicted
+        lately) is terminating. Built per node when asked, and kept until
+        the node changes (state.victims)."""
+        view = self._view
+        return view.victims.units_on(view.usage, view.inflight, now, stuck_after, evicted)
 
     def hold(self, hold: GangHold | None, gang: str) -> bool:
         """Set gang `gang`'s hold (None: drop it, if it is the one held); a

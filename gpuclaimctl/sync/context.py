@@ -57,6 +57,8 @@ class Settings:
     strategy: Strategy = Strategy.BINPACK
     reject_for: float = 600.0
     node_lost_grace: float = 300.0
+    # Sets of higher priority evict pods of lower priority (DESIGN.md §4d).
+    preemption: bool = True
 
 
 @dataclass(frozen=True)

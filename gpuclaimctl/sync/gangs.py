@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from gpuclaimctl.decide import podplan
+from gpuclaimctl.decide import podplan, preempt
 from gpuclaimctl.decide.gang import GangMember, GangPlaced, GangWaiting, decide_gang
 from gpuclaimctl.decide.placement import ClaimWait, Placed, Waiting
 from gpuclaimctl.model import api, keys
@@ -47,6 +47,7 @@ from gpuclaimctl.model.snapshot import ClaimState, PodInfo, PodRef, UnresolvedCl
 from gpuclaimctl.model.volumes import volume_constraints
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.view import HOLD_FOR, Change, GangHold
+from gpuclaimctl.sync import preemption
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 from gpuclaimctl.sync.pods import (
     _bind_set,
@@ -176,15 +177,30 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
                 _with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s for s in r.states]
             members.append(GangMember(r.key, r.info, _with_set_rejections(ctx, r.set_key, states, now)))
         age = min((r.age for r in reads), default=None)
-        used, older_hold = d.used_by(age, gang.key) if age is not None else (d.used(), None)
+        # A gang's priority is its members' highest; it preempts unless one
+        # of them says Never (DESIGN.md §4d).
+        priority = max((r.info.priority for r in reads), default=0)
+        used, older_hold = d.used_by(age, gang.key, priority=priority) if age is not None \
+            else (d.used(), None)
+        budget_use = d.budget_use(gang.namespace) if budgets else NO_BUDGET_USE
         decision = decide_gang(gang.label, gang.size, members, released, d.cluster, used, now,
-                               ctx.settings.strategy, budgets=budgets,
-                               budget_use=d.budget_use(gang.namespace) if budgets else NO_BUDGET_USE)
+                               ctx.settings.strategy, budgets=budgets, budget_use=budget_use)
+        plan = None
+        if isinstance(decision, GangWaiting) and not released and preemption.plan_for(
+                ctx, d, decision.reason, all(r.info.preempts for r in reads), now):
+            plan = preempt.plan_gang(gang.label, gang.size, members, priority, d.cluster, used, now,
+                                     d.units_on(now, preemption.STUCK_AFTER, ctx.memories.evicted.keys()),
+                                     ctx.settings.strategy, budgets, budget_use,
+                                     preemption.skip_nodes(ctx, gang.key, now))
+        if plan is not None:
+            nominated_away = d.nominate(preemption.nomination(gang.key, keys.key_of(pod), priority, plan, now))
+        else:
+            nominated_away = d.drop_nomination(gang.key)
         # The oldest waiting gang holds the GPUs its sets that fit would
         # take, against younger pods and gangs (view.GangHold); any other
         # outcome lets go of a hold of this gang's.
         hold = None
-        if isinstance(decision, GangWaiting) and decision.partial and age is not None:
+        if plan is None and isinstance(decision, GangWaiting) and decision.partial and age is not None:
             held: dict[str, dict[str, int]] = {}
             for _, placed in decision.partial:
                 for a in placed.new_gpus():
@@ -213,6 +229,15 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
 
     if freed:
         ctx.wake(lambda: Change(freed_anywhere=True))  # what this gang held is free again
+    if nominated_away:
+        ctx.wake(lambda: Change(freed_on=nominated_away))
+    if plan is not None:
+        if preemption.evict(ctx, gang.key, pod, priority, plan):
+            _let_go(ctx, gang, reads)
+            for r in reads:
+                _waiting(ctx, r.pod, preemption.preempting(plan, r.states), r.raw, ())
+            ctx.enqueue_after(POD + keys.key_of(pod), preemption.RENEW_EVERY)
+        return
     if unsettled:
         ctx.enqueue_after(POD + keys.key_of(pod), _UNSETTLED_RETRY)
         return

@@ -52,8 +52,9 @@ from typing import Any
 import orjson
 
 from gpuclaimctl.client.errors import AlreadyExists, ApiError, Conflict, NotFound, surely_not_written
-from gpuclaimctl.decide import podplan
+from gpuclaimctl.decide import podplan, preempt
 from gpuclaimctl.decide.placement import Action, Placed, Waiting, decide
+from gpuclaimctl.decide.preempt import Preemption
 from gpuclaimctl.decide.podplan import Found, Outdated, ToCreate
 from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.budgets import NO_BUDGET_USE, BudgetInfo
@@ -63,6 +64,8 @@ from gpuclaimctl.model.owners import controller_ref
 from gpuclaimctl.model.podclaims import EntrySource, PodClaimsError, pod_claims
 from gpuclaimctl.model.volumes import volume_constraints
 from gpuclaimctl.model.snapshot import (
+    Age,
+    age_of,
     ClaimState,
     PodInfo,
     PodRef,
@@ -74,7 +77,8 @@ from gpuclaimctl.model.snapshot import (
 from gpuclaimctl.model.podclaims import has_gate
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.inflight import InFlight, may_still_land_for, parse_rv
-from gpuclaimctl.state.view import Decider, GangHold
+from gpuclaimctl.state.view import Change, Decider, GangHold
+from gpuclaimctl.sync import preemption
 from gpuclaimctl.state.memories import NOT_GATED_TOLD, refused_create_told, told_key
 from gpuclaimctl.sync.context import CLAIM, POD, SyncContext
 
@@ -123,7 +127,7 @@ def _place_now(ctx: SyncContext, pod: Obj) -> None:
         return
     # Only nodes every bound volume reaches (the scheduler would refuse others).
     info = PodInfo.from_api(pod, volumes=volume_constraints(pod, ctx.pvcs.get, ctx.pvs.get))
-    key, age = keys.key_of(pod), (info.created, info.namespace, info.name)
+    key, age = keys.key_of(pod), age_of(info.priority, info.created, info.namespace, info.name)
     # Oldest first where pods compete: see turnstile.
     with ctx.turnstile.entered(key, age):
         read = _gather(ctx, pod, info, entries, doubt if isinstance(doubt, tuple) else None)
@@ -140,7 +144,7 @@ class _SetRead:
     pod: Obj
     info: PodInfo
     key: str
-    age: tuple[datetime, str, str]
+    age: Age
     # claim name -> the claim as read or made (what the writes are based on).
     raw: Mapping[str, Mapping[str, Any]]
     states: Sequence[ClaimState | UnresolvedClaim]
@@ -180,7 +184,7 @@ def _gather(ctx: SyncContext, pod: Obj, info: PodInfo, entries: Sequence[Any],
         else:
             raw[claim["metadata"]["name"]] = claim
             states.append(ClaimState.from_api(claim))
-    return _SetRead(pod, info, key, (info.created, info.namespace, info.name), raw, states,
+    return _SetRead(pod, info, key, age_of(info.priority, info.created, info.namespace, info.name), raw, states,
                     podplan.set_key(pod, entries), doubt)
 
 
@@ -192,6 +196,7 @@ class _Step(enum.Enum):
     UNSETTLED = "unsettled"  # an earlier bind of a claim it would move is not seen back yet
     OVERTAKEN = "overtaken"  # an older pod was woken after this one's turn came
     HELD_BACK = "held back"  # an earlier release to another node may land yet
+    PREEMPT = "preempt"      # evict pods of lower priority; their GPUs are held for it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +210,9 @@ class _Verdict:
     unsettled: InFlight | None = None
     # An older waiting gang's hold the decision counted, if it waited.
     hold: GangHold | None = None
+    preemption: Preemption | None = None
+    # Nodes where GPUs held for this pod (its nomination) are no longer held.
+    freed: frozenset[str] = frozenset()
 
 
 def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
@@ -219,15 +227,24 @@ def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
         states = [_with_inflight(d.in_flight(s.uid), s) if isinstance(s, ClaimState) else s
                   for s in read.states]
         states = _with_set_rejections(ctx, read.set_key, states, now)
-        used, hold = d.used_by(read.age)
+        used, hold = d.used_by(read.age, me=info.uid, priority=info.priority)
+        budget_use = d.budget_use(info.namespace) if budgets else NO_BUDGET_USE
         decision = decide(info, states, d.cluster, used, now, ctx.settings.strategy,
-                          budgets=budgets,
-                          budget_use=d.budget_use(info.namespace) if budgets else NO_BUDGET_USE)
+                          budgets=budgets, budget_use=budget_use)
         # Whatever comes of this decision, a turn given up last time is not
         # given up again now (Memories.gave_turn: once in a row at most).
         gave_turn_last_time = ctx.memories.gave_turn.pop(info.uid) is not None
         if isinstance(decision, Waiting):
-            return _Verdict(held_note(decision, hold), states, _Step.WAIT, now, hold=hold)
+            plan = preemption.plan_for(ctx, d, decision.reason, info.preempts, now) and preempt.plan(
+                info, info.priority, states, d.cluster, used, now,
+                d.units_on(now, preemption.STUCK_AFTER, ctx.memories.evicted.keys()), ctx.settings.strategy,
+                budgets, budget_use, preemption.skip_nodes(ctx, info.uid, now))
+            if plan:
+                freed = d.nominate(preemption.nomination(info.uid, read.key, info.priority, plan, now))
+                return _Verdict(preemption.preempting(plan, states), states, _Step.PREEMPT, now,
+                                preemption=plan, freed=freed)
+            return _Verdict(held_note(decision, hold), states, _Step.WAIT, now, hold=hold,
+                            freed=d.drop_nomination(info.uid))
         if pinned is not None and decision.node != pinned:
             return _Verdict(decision, states, _Step.HELD_BACK, now)
         # A claim with a write of ours not seen back yet (answered, or
@@ -255,7 +272,10 @@ def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
                      class_name=str((claim.get("spec") or {}).get("className") or ""),
                      name=a.claim)
         _resend_kept(d, read.pod, read.raw, decision)
-        return _Verdict(decision, states, _Step.PLACE, now)
+        # What was held for it while its victims went is taken now (or, on
+        # another node, free for others).
+        freed = d.drop_nomination(info.uid) - {decision.node}
+        return _Verdict(decision, states, _Step.PLACE, now, freed=freed)
 
 
 def held_note(decision: Waiting, hold: GangHold | None) -> Waiting:
@@ -285,6 +305,14 @@ def _resend_kept(d: Decider, pod: Obj, raw: Mapping[str, Mapping[str, Any]], dec
 def _apply(ctx: SyncContext, read: _SetRead, verdict: _Verdict) -> None:
     """The writes (or the retry) the verdict asks for."""
     pod, key, decision = read.pod, read.key, verdict.decision
+    if verdict.freed:
+        ctx.wake(lambda: Change(freed_on=verdict.freed))
+    if verdict.step is _Step.PREEMPT:
+        assert verdict.preemption is not None and isinstance(decision, Waiting)
+        if preemption.evict(ctx, read.info.uid, pod, read.info.priority, verdict.preemption):
+            _apply_waiting(ctx, read, decision, verdict.states)
+            ctx.enqueue_after(POD + key, preemption.RENEW_EVERY)
+        return
     if verdict.step is _Step.UNSETTLED:
         assert verdict.unsettled is not None
         # Woken by the claim's update once seen; the delay is the backstop
@@ -320,7 +348,8 @@ def _apply_waiting(ctx: SyncContext, read: _SetRead, decision: Waiting,
                    states: Sequence[ClaimState | UnresolvedClaim]) -> None:
     pod, key = read.pod, read.key
     need = podplan.unbound_need(states, ctx.view.cluster().classes) \
-        if decision.reason in (api.WaitReason.CAPACITY, api.WaitReason.UNSATISFIABLE) else None
+        if decision.reason in (api.WaitReason.CAPACITY, api.WaitReason.UNSATISFIABLE,
+                               api.WaitReason.PREEMPTING) else None
     if need:
         ctx.memories.capacity_needs[key] = need
     else:

@@ -70,7 +70,8 @@ _PLURAL_OF_KIND = {info.kind: plural for plural, info in KINDS.items()}
 # holds this equal to the public methods of the real Writer.
 WRITER_METHODS = ("create_claim", "update_claim", "update_claim_status", "update_class_status",
                   "update_budget_status",
-                  "delete_claim", "list_claims", "get_pod", "get_claim", "patch_pod", "delete_pod", "event")
+                  "delete_claim", "list_claims", "get_pod", "get_claim", "patch_pod", "delete_pod", "event",
+                  "evict_pod", "list_disruption_budgets", "patch_pod_status")
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # kube-apiserver's grace period for a running pod deleted without one.
@@ -202,6 +203,13 @@ class FakeApi:
         # Called with (method, a copy of the body) as each Writer write starts,
         # before any injected fault: the harness interleaves steps here.
         self.before_write: Callable[[str, Obj], None] | None = None
+        # PodDisruptionBudgets (policy/v1), by namespace: not a watched kind
+        # (preemption reads them live); the Eviction API honours them.
+        self.disruption_budgets: dict[str, list[Obj]] = {}
+        # Pods evicted, in order (namespace, name, uid), as the Eviction API
+        # accepted them.
+        self.evicted: list[tuple[str, str, str]] = []
+        self.on_evict: Callable[[str, str, str], None] | None = None
 
     # -- the Writer seam ---------------------------------------------------------
 
@@ -280,6 +288,51 @@ class FakeApi:
             return True
         except (NotFound, Conflict):
             return False
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> str:
+        """The Eviction API: refused (429) while a PodDisruptionBudget that
+        selects the pod allows no disruption; else a graceful delete."""
+        body = {"metadata": {"namespace": namespace, "name": name}, "deleteOptions": {"preconditions": {"uid": uid}}}
+
+        def evict() -> str:
+            pod = self._store[PODS].get(self._key(PODS, namespace, name))
+            if pod is None or pod["metadata"]["uid"] != uid:
+                return "gone"
+            labels = pod["metadata"].get("labels") or {}
+            for pdb in self.disruption_budgets.get(namespace, ()):
+                match = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
+                if all(labels.get(k) == v for k, v in match.items()) and \
+                        pdb["status"]["disruptionsAllowed"] < 1:
+                    return "refused"
+            if self.on_evict is not None:
+                self.on_evict(namespace, name, uid)
+            self._delete(PODS, namespace, name, uid=uid)
+            self.evicted.append((namespace, name, uid))
+            return "evicted"
+        try:
+            return self._writer_call("evict_pod", body, evict)
+        except (NotFound, Conflict):
+            return "gone"  # as the real Writer answers
+        except ApiError as e:
+            if e.status == 429:
+                return "refused"
+            raise
+
+    def list_disruption_budgets(self, namespace: str) -> list[Obj]:
+        return self._writer_call("list_disruption_budgets", None,
+                                 lambda: copy.deepcopy(self.disruption_budgets.get(namespace, [])))
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        """A strategic merge patch of status.conditions (merged by type)."""
+        body = {"metadata": {"namespace": namespace, "name": name}, **patch}
+
+        def apply() -> None:
+            pod = self._get_or_404(PODS, namespace, name)
+            conditions = (pod.setdefault("status", {})).setdefault("conditions", [])
+            for c in (patch.get("status") or {}).get("conditions") or ():
+                conditions[:] = [x for x in conditions if x.get("type") != c["type"]] + [c]
+            self._write(PODS, pod, "MODIFIED")
+        self._writer_call("patch_pod_status", body, apply)
 
     def event(self, obj: Obj, type_: str, reason: str, message: str) -> bool:
         m = obj["metadata"]

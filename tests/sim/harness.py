@@ -24,7 +24,8 @@ recreated, refused by the scheduler, finished.
 
 The invariants (DESIGN.md §4) are checked on the fake's objects — the
 truth — after every step: I1 (per node and resource) and I2 always, I4
-once the run is drained.
+once the run is drained; and at every decision the node index answers,
+that the full scan on the same view chooses the same node.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ Obj = dict[str, Any]
 KINDS = (PODS, CLAIMS, NODES, CLASSES, TEMPLATES, PVCS, PVS)
 NS = "team"
 RESOURCE = "example.com/gpu"
+# Pods' spec.priority: mostly 0, some urgent (DESIGN.md §4d).
+PRIORITIES = (0, 0, 0, 100, 1000, 1000)
+CONTENDED_PRIORITIES = (0, 0, 100, 1000)
 # A second resource some nodes offer beside RESOURCE: a class's
 # resourceName is edited between the two.
 RESOURCE2 = "example.com/gpu2"
@@ -213,6 +217,9 @@ class Controller:
         self.sim = sim
         self.queue = SimQueue(sim.monotonic)
         self.view = ClusterView(sim.now)
+        # At every decision the node index answers, the full scan on the same
+        # view must choose the same node (decide.nodeindex; placement.search).
+        self.view.node_index.verify = self._index_agrees
         handlers_box: list[Handlers] = []
 
         def h() -> Handlers:
@@ -257,6 +264,11 @@ class Controller:
         # more, then lists claims once (app.run); None once it has.
         self.decides_from: float | None = None
 
+    def _index_agrees(self, indexed: str, scanned: str, what: str) -> None:
+        if indexed != scanned:
+            raise InvariantBroken(f"node index: {what}: the index chose {indexed or 'no node'}, the "
+                                  f"scan {scanned or 'no node'}\n" + self.sim.trace())
+
     def start(self, wait: float = 0.0) -> None:
         """Initial lists, then (after `wait`: see `open`) one consistent
         claim list before the first decision (app._catch_up), then every
@@ -279,9 +291,12 @@ class Controller:
 
     def sync(self, key: str) -> None:
         self.queue.processing.add(key)
+        self.sim.syncing.append(key)
+        evicted_before = len(self.sim.fake.evicted)
         try:
             dispatch(self.ctx, key)
             self.queue.forget(key)
+            self.sim.check_preemption(key, evicted_before)
         except Crash:
             raise
         except InvariantBroken:
@@ -291,6 +306,7 @@ class Controller:
             self.queue.add_rate_limited(key)
         finally:
             self.queue.processing.discard(key)
+            self.sim.syncing.pop()
 
 
 @dataclass
@@ -302,6 +318,9 @@ class Sim:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        # One seed in four is about preemption: pods run longer, and more of
+        # them are urgent, so urgent sets find the cluster full.
+        self.contended = self.seed % 4 == 1
         self.t = 0.0
         self.fake = FakeApi(self.now)
         self.depth = 0
@@ -323,6 +342,13 @@ class Sim:
         self.gangs_released: set[str] = set()
         # The restart wait to use (a test sets 0 to show the window it closes).
         self.restart_wait = RESTART_WAIT
+        # Preemption: the keys being synced (innermost last); per eviction,
+        # the key whose sync evicted, the victim as it was, and the claims
+        # that reserved it; pods whose termination never ends (until drain).
+        self.syncing: list[str] = []
+        self.evictions: list[tuple[str, Obj, list[Obj]]] = []
+        self.stuck: set[str] = set()
+        self.fake.on_evict = self._on_evict
         self.fake.before_write = self._at_write
         self._setup_cluster()
         self.ctl = Controller(self)
@@ -616,6 +642,8 @@ class Sim:
             self.create_gang_member()
             return
         roll = self.rng.random()
+        if self.contended and 0.68 <= roll < 0.78:
+            roll = 0.0  # classes stay: the sets wait for room, not for their class
         if roll < 0.42:
             self.create_pod()
         elif roll < 0.55:
@@ -642,8 +670,26 @@ class Sim:
             self.delete_claim()
         elif roll < 0.97:
             self.edit_annotation(released=True)
+        elif roll < 0.985:
+            self.toggle_disruption_budget()
         else:
             self.create_gang_member()
+
+    def toggle_disruption_budget(self) -> None:
+        """A PodDisruptionBudget that allows no disruption of one running
+        pod, or one taken away."""
+        budgets = self.fake.disruption_budgets.setdefault(NS, [])
+        if budgets and self.rng.random() < 0.5:
+            gone = budgets.pop(self.rng.randrange(len(budgets)))
+            self.note(f"user deletes PodDisruptionBudget {gone['metadata']['name']}")
+            return
+        running = [p for p in self._pods() if (p.get("spec") or {}).get("nodeName")]
+        if running:
+            name = self.rng.choice(running)["metadata"]["name"]
+            self.note(f"user protects pod {name} with a PodDisruptionBudget")
+            budgets.append({"metadata": {"name": f"pdb-{name}", "namespace": NS},
+                            "spec": {"selector": {"matchLabels": {"app": name}}},
+                            "status": {"disruptionsAllowed": 0}})
 
     def _pods(self) -> list[Obj]:
         return self.fake.list(PODS).items
@@ -669,7 +715,8 @@ class Sim:
         entries = [{"name": f"e{i}", "className": self.rng.choice(("alpha", "beta")),
                     "count": self.rng.choice((1, 1, 2))} for i in range(self.rng.choice((1, 1, 2)))]
         name = f"{gang}-m{made}"
-        self.note(f"user creates gang member {name} of {gang} (size {size}) {entries}")
+        priority = (0, 0, 500)[int(gang[1:]) % 3]
+        self.note(f"user creates gang member {name} of {gang} (size {size}) {entries} priority {priority}")
         self.fake.create(PODS, {"metadata": {
             "name": name, "namespace": NS,
             "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries), api.GANG_ANNOTATION: gang,
@@ -677,7 +724,7 @@ class Sim:
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": gang, "uid": f"{gang}-uid",
                                  "controller": True}]},
             "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}],
-                     "containers": [{"name": "c", "image": "x"}]}})
+                     "containers": [{"name": "c", "image": "x"}], "priority": priority}})
 
     def create_pod(self, name: str | None = None, owned: bool | None = None) -> None:
         if name is None:
@@ -696,15 +743,18 @@ class Sim:
         names = [e.get("claim") for e in entries if e.get("claim")]
         if len(names) != len(set(names)):
             return
-        meta: Obj = {"name": name, "namespace": NS,
+        meta: Obj = {"name": name, "namespace": NS, "labels": {"app": name},
                      "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries)}}
         if owned if owned is not None else self.rng.random() < 0.7:
             meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
                                         "uid": "rs-uid", "controller": True}]
-        self.note(f"user creates pod {name} {entries}")
-        self.fake.create(PODS, {"metadata": meta, "spec": {
-            "schedulingGates": [{"name": api.SCHEDULING_GATE}],
-            "containers": [{"name": "c", "image": "x"}]}})
+        spec: Obj = {"schedulingGates": [{"name": api.SCHEDULING_GATE}],
+                     "containers": [{"name": "c", "image": "x"}],
+                     "priority": self.rng.choice(CONTENDED_PRIORITIES if self.contended else PRIORITIES)}
+        if self.rng.random() < 0.1:
+            spec["preemptionPolicy"] = "Never"
+        self.note(f"user creates pod {name} {entries} priority {spec['priority']}")
+        self.fake.create(PODS, {"metadata": meta, "spec": spec})
 
     def delete_pod(self) -> None:
         pods = self._pods()
@@ -846,6 +896,8 @@ class Sim:
         name, spec = p["metadata"]["name"], p["spec"]
         pinned = (p["metadata"].get("annotations") or {}).get(api.PLACED_NODE_ANNOTATION)
         if p["metadata"].get("deletionTimestamp"):
+            if p["metadata"]["uid"] in self.stuck:
+                return  # its termination never ends (a stuck finalizer, a dead kubelet)
             self.note(f"kubelet stops pod {name}")
             self.fake.finish_pod_deletion(NS, name)
         elif not spec.get("nodeName") and pinned:
@@ -859,7 +911,7 @@ class Sim:
             phase = (p.get("status") or {}).get("phase")
             if phase != "Running":
                 self.fake.set_pod_phase(NS, name, "Running")
-            elif roll < 0.5:
+            elif roll < (0.2 if self.contended else 0.5):
                 self.note(f"pod {name} succeeds")
                 self.fake.set_pod_phase(NS, name, "Succeeded")
 
@@ -1005,6 +1057,96 @@ class Sim:
                         and name not in named_claims(pod) and self.depth == 0 and where == "quiet":
                     raise InvariantBroken(f"I2 at {where}: claim {name} reserved by gated pod "
                                           f"{ref['name']} that does not name it\n" + self.trace())
+
+    def _on_evict(self, namespace: str, name: str, uid: str) -> None:
+        """The Eviction API accepted an eviction: what was evicted, by which
+        sync, and the claims reserving it then. Some victims never finish
+        terminating (until the drain)."""
+        pod = self.fake.get(PODS, namespace, name)
+        claims = [c for c in self.fake.list(CLAIMS).items
+                  if any(r.get("uid") == uid for r in (c.get("status") or {}).get("reservedFor") or ())]
+        self.evictions.append((self.syncing[-1] if self.syncing else "", pod or {}, claims))
+        self.note(f"  eviction of pod {name}")
+        if self.rng.random() < 0.1:
+            self.stuck.add(uid)
+            self.note(f"  pod {name} will not finish terminating")
+
+    def check_preemption(self, key: str, since: int) -> None:
+        """I6, after each sync that evicted: every victim was placed by the
+        controller (claims Bound on its node reserve it), of lower priority
+        than the preemptor (a gang's: its members' highest), taken with its
+        whole gang; never protected by a budget allowing no disruption;
+        and, for one pod's set, the set fits on the victims' node once
+        every pod going there (evicted or terminating) is gone."""
+        evictions = [e for e in self.evictions[-(len(self.fake.evicted) - since):] if e[0] == key] \
+            if len(self.fake.evicted) > since else []
+        if not evictions:
+            return
+        ns, _, name = key.partition(":")[2].partition("/")
+        preemptor = self.fake.get(PODS, ns, name)
+        if preemptor is None:
+            return
+        gang = (preemptor["metadata"].get("annotations") or {}).get(api.GANG_ANNOTATION)
+        group = [p for p in self._pods()
+                 if gang and (p["metadata"].get("annotations") or {}).get(api.GANG_ANNOTATION) == gang] \
+            or [preemptor]
+        priority = max(int((p.get("spec") or {}).get("priority") or 0) for p in group)
+        pods = self._pods()
+        for _, victim, claims in evictions:
+            vname = victim["metadata"]["name"]
+            vnode = (victim.get("spec") or {}).get("nodeName")
+            if not any((c.get("status") or {}).get("phase") == "Bound" and c["status"].get("nodeName") == vnode
+                       for c in claims):
+                raise InvariantBroken(f"I6: {key} evicted {vname}, which holds no claim of ours on its node "
+                                      f"{vnode}\n" + self.trace())
+            if int((victim.get("spec") or {}).get("priority") or 0) >= priority:
+                raise InvariantBroken(f"I6: {key} (priority {priority}) evicted {vname} of priority "
+                                      f"{victim['spec'].get('priority')}\n" + self.trace())
+            vgang = (victim["metadata"].get("annotations") or {}).get(api.GANG_ANNOTATION)
+            if vgang:
+                for p in pods:
+                    if (p["metadata"].get("annotations") or {}).get(api.GANG_ANNOTATION) == vgang and \
+                            (p.get("spec") or {}).get("nodeName") and not p["metadata"].get("deletionTimestamp") \
+                            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                        raise InvariantBroken(f"I6: {key} evicted {vname} of gang {vgang} but not its member "
+                                              f"{p['metadata']['name']}\n" + self.trace())
+        if gang:
+            return
+        claims_now = self.fake.list(CLAIMS).items
+        by_name = {c["metadata"]["name"]: c for c in claims_now}
+        need = self._set_need(preemptor, by_name)
+        if need is None:
+            return  # it may rightly not be placeable now (a class deleted since, say)
+        classes = {c["metadata"]["name"]: str(c["spec"].get("resourceName") or RESOURCE)
+                   for c in self.fake.list(CLASSES).items}
+        need_r: dict[str, int] = {}
+        for cls, n in need.items():
+            need_r[classes[cls]] = need_r.get(classes[cls], 0) + n
+        node = (evictions[0][1].get("spec") or {}).get("nodeName")
+        going = {p["metadata"]["uid"] for p in pods if p["metadata"].get("deletionTimestamp")}
+        alive = {p["metadata"]["uid"] for p in pods}
+        stays: dict[str, int] = {}
+        for c in claims_now:
+            st = c.get("status") or {}
+            if st.get("nodeName") != node or st.get("phase") not in ("Bound", "Lost"):
+                continue
+            refs = [r.get("uid") for r in st.get("reservedFor") or ()]
+            owner = next((o.get("uid") for o in c["metadata"].get("ownerReferences") or () if o.get("controller")), None)
+            frees = refs and all(u in going or u not in alive for u in refs) and (
+                c["spec"].get("reclaimPolicy") != "Retain" or owner in refs)
+            if not frees:
+                r = str(st.get("resourceName") or classes.get(c["spec"]["className"], RESOURCE))
+                stays[r] = stays.get(r, 0) + int(c["spec"]["count"])
+        for e in self.ctl.view.inflight:
+            if e.node == node and self.fake.get(CLAIMS, e.namespace, e.name) is not None and \
+                    (by_name.get(e.name, {}).get("status") or {}).get("nodeName") != node:
+                stays[e.resource] = stays.get(e.resource, 0) + e.count
+        alloc = self.capacity().get(str(node), {})
+        short = {r: n for r, n in need_r.items() if alloc.get(r, 0) - stays.get(r, 0) < n}
+        if short:
+            raise InvariantBroken(f"I6: {key} evicted {[e[1]['metadata']['name'] for e in evictions]} on "
+                                  f"{node}, but its set {need_r} does not fit there once they go "
+                                  f"(allocatable {alloc}, staying {stays})\n" + self.trace())
 
     def check_gangs(self, where: str) -> None:
         """I5: no gang is ever partly released. The step a gang's first member
