@@ -76,3 +76,4 @@ bench-controller: controlplane
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache
+	$(PY) -m benchmarks.preempt_bench

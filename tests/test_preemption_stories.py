@@ -240,3 +240,14 @@ def test_a_finished_pod_s_gpus_not_let_go_yet_are_waited_for_at_no_cost() -> Non
     s.see_all()
     s.sync("pod:team/urgent")
     assert s.fake.evicted == [] and s.waiting_reason("urgent-g") == "Preempting"
+
+
+def test_the_preemptor_is_told_once_by_a_normal_event_not_a_warning_too() -> None:
+    s = full_cluster()
+    s.pod("urgent", [{"name": "g", "className": "alpha", "count": 4}], priority=1000)
+    s.see_all()
+    s.sync("pod:team/urgent")
+    s.see_all()
+    s.sync("pod:team/urgent")
+    told = [(e.type, e.reason) for e in s.fake.events if "urgent" in e.involved]
+    assert told == [("Normal", "Preempting")], told

@@ -712,6 +712,11 @@ def _warn_waiting(ctx: SyncContext, pod: Obj, reason: api.WaitReason, message: s
     if reason is api.WaitReason.INVALID_CLAIMS and not counted and ctx.metrics is not None:
         ctx.metrics.placements.labels("waiting", str(reason)).inc()
     log.info("pod waits: %s", message, extra={"pod": key, "reason": str(reason)})
+    if reason is api.WaitReason.PREEMPTING:
+        # Told by the Normal Preempting event of each eviction round
+        # (sync.preemption): nothing is wrong, and one event says it.
+        ctx.memories.last_warning[told_key(pod)] = said
+        return
     _tell_once(ctx, pod, said, str(reason), message)
 
 
