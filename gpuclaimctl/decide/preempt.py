@@ -497,8 +497,7 @@ class _Problem:
         bound = [better_than]
         steps = 0
 
-        def search(i: int, chosen: list[Unit], left: dict[tuple[str, str], int], pods: int,
-                   highest: int) -> None:
+        def search(i: int, chosen: list[Unit], left: dict[tuple[str, str], int], pods: int) -> None:
             nonlocal steps
             steps += 1
             limit = bound[0]
@@ -521,11 +520,10 @@ class _Problem:
                 return
             u, got, _ = paid[i]
             after = {k: n - got.get(k, 0) for k, n in left.items() if n - got.get(k, 0) > 0}
-            search(i + 1, chosen + [u], after, pods + sum(1 for m in u.members if not m.terminating),
-                   max(highest, u.priority))
-            search(i + 1, chosen, left, pods, highest)
+            search(i + 1, chosen + [u], after, pods + sum(1 for m in u.members if not m.terminating))
+            search(i + 1, chosen, left, pods)
 
-        search(0, [], self.remaining, 0, -(1 << 62))
+        search(0, [], self.remaining, 0)
         if not best:
             return None
         key, units = best[0]
