@@ -11,6 +11,10 @@ compaction to end a watch with 410 Gone. Every other resource goes through
 the watch cache, which answers old resourceVersions from its own window and
 is the only source of watch bookmarks.
 
+The plane runs the Kubernetes minor GPUCLAIMCTL_K8S_VERSION names (1.35,
+1.36; the newest, 1.37, without it); `--version-stories` keeps only the
+stories `make test-versions` runs on each older minor (tests/versionstories.py).
+
 The controller the tests run (`run_controller`, controllerkit's
 RunningController) runs as a service account with deploy/'s roles, made
 once per session in CONTROLLER_NAMESPACE (not deploy/'s own namespace,
@@ -19,6 +23,7 @@ which tests of deploy/ apply and delete), never as the tests' admin.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -43,8 +48,8 @@ CONTROLLER_NAMESPACE = "gpuclaimctl-tests"
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    plane = ControlPlane(log=lambda m: print(f"[plane] {m}"))
     try:
+        plane = ControlPlane(log=lambda m: print(f"[plane] {m}"), version=k8s_version())
         plane.start()
     except Exception as e:  # the message carries the component's log tail
         pytest.fail(f"the local control plane did not start: {e}", pytrace=False)
@@ -150,10 +155,43 @@ def crds(api_client: client.ApiClient) -> list[str]:
     return names
 
 
+def k8s_version() -> str:
+    """The Kubernetes minor this session's planes run (GPUCLAIMCTL_K8S_VERSION)."""
+    from gpuclaimctl.controlplane import build
+
+    return build.selected_minor(os.environ.get(build.VERSION_ENV))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from gpuclaimctl.controlplane import build
 
-    return f"control plane cache: {build.cache_root()} (set GPUCLAIMCTL_CACHE to move it)"
+    try:
+        minor = k8s_version()
+        version = f"Kubernetes {build.KUBERNETES_VERSIONS[minor]} (set {build.VERSION_ENV} to change)"
+    except build.BuildError as e:
+        version = str(e)
+    return (f"control plane cache: {build.cache_root()} (set GPUCLAIMCTL_CACHE to move it); "
+            f"{version}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--version-stories", action="store_true", default=False,
+                     help="run only the stories make test-versions runs on older "
+                          "Kubernetes minors (tests/versionstories.py)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--version-stories"):
+        return
+    from tests.versionstories import select
+
+    keep, unmatched = select(item.nodeid for item in items)
+    if unmatched:
+        raise pytest.UsageError("tests/versionstories.py names tests that do not exist: "
+                                + ", ".join(unmatched))
+    kept = set(keep)
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in kept])
+    items[:] = [i for i in items if i.nodeid in kept]
 
 
 

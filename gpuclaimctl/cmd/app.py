@@ -1,8 +1,11 @@
 """`gpuclaimctl run`: the process around the controller.
 
 Order of start: logging; the local control plane when asked; the API
-client; metrics registry; informers (started at once, so a standby's caches
-are warm when it takes over); /metrics, /healthz, /readyz; then either the
+client; the server's version, judged in one line (client.serverversion:
+the informers' initial sync by WatchList or by lists; no start where the
+server is too old to hold pods for their claims); metrics registry;
+informers (started at once, so a standby's caches are warm when it takes
+over); /metrics, /healthz, /readyz; then either the
 workers directly or, with --leader-elect, only while holding the Lease.
 
 Shutdown on SIGTERM/SIGINT: no new work (queued keys are dropped, not
@@ -38,7 +41,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, disable_created_metrics
 
 from gpuclaimctl import __version__
-from gpuclaimctl.client import discovery, kube
+from gpuclaimctl.client import discovery, kube, serverversion
 from gpuclaimctl.client.events import BATCH_WINDOW as EVENT_BATCH_WINDOW
 from gpuclaimctl.client.events import EventRecorder
 from gpuclaimctl.client.fence import NotLeader, WriteFence
@@ -83,8 +86,12 @@ def run(options: Options) -> int:
             plane, options = localdemo.start(options)
         identity = process_identity(options.leader_elect)
         api_client = _api_client(options, identity)
+        server = serverversion.check(api_client)
+        if not server.can_start:
+            say_server_version(server)
+            return 1
         return _serve(options, api_client, identity,
-                      on_ready=plane.announce if plane is not None else None)
+                      on_ready=plane.announce if plane is not None else None, server=server)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -95,6 +102,17 @@ def run(options: Options) -> int:
 def process_identity(leader_elect: bool) -> str:
     """The leader-election identity (`<hostname>_<uuid>`), else `<hostname>_<pid>`."""
     return default_identity() if leader_elect else f"{socket.gethostname()}_{os.getpid()}"
+
+
+def say_server_version(server: serverversion.Behaviour) -> None:
+    """The API server's version and what this process does about it
+    (client.serverversion), said in one line: INFO on a supported minor,
+    WARNING on any other it still starts against, ERROR where it will not.
+    Said once the listeners are bound: a process that cannot bind says
+    that one line alone (tests/test_bind_errors.py)."""
+    level = (logging.ERROR if not server.can_start
+             else logging.WARNING if server.warn else logging.INFO)
+    log.log(level, "%s", server.message)
 
 
 def user_agent(identity: str) -> str:
@@ -127,16 +145,19 @@ def build_recorder(api_client: client.ApiClient, options: Options, registry: Col
 
 def build(api_client: client.ApiClient, options: Options, registry: CollectorRegistry,
           *, fence: WriteFence | None = None,
-          recorder: EventRecorder | None = None) -> tuple[SharedInformerFactory, Controller]:
+          recorder: EventRecorder | None = None,
+          use_watch_list: bool = True) -> tuple[SharedInformerFactory, Controller]:
     """Informers and the controller on them, with metrics in `registry`; the
     controller's requests wait for --kube-api-qps/--kube-api-burst tokens,
     and its writes are refused once `fence` says this process may no longer lead.
     Its events go to `recorder` (whose caller starts and stops it), or
-    without one are sent from the sync like any write."""
+    without one are sent from the sync like any write. `use_watch_list`:
+    the caches' initial state by WatchList, else by lists (check_server_version)."""
     # Pods are cached as the controller reads them, no more (model.podcache).
     factory = SharedInformerFactory(api_client, default_resync_period=options.resync_period,
                                     transforms={PODS: prune_pod},
-                                    watch_batch_window=options.watch_batch_window)
+                                    watch_batch_window=options.watch_batch_window,
+                                    use_watch_list=use_watch_list)
     settings = sync_settings(options)
     metrics = ControllerMetrics(registry, max_namespaces=options.metrics_max_namespaces)
     writer = Writer(api_client, fence=fence,
@@ -151,12 +172,10 @@ def build(api_client: client.ApiClient, options: Options, registry: CollectorReg
     return factory, controller
 
 
-
 def sync_settings(options: Options) -> Settings:
     """What the syncs read of the options (sync.context.Settings)."""
     return Settings(strategy=options.strategy, reject_for=options.reject_for,
                     node_lost_grace=options.node_lost_grace, preemption=options.preemption)
-
 
 
 def pod_waits(controller: Controller, fence: WriteFence | None = None) -> list[PodWait]:
@@ -177,7 +196,8 @@ def pod_waits(controller: Controller, fence: WriteFence | None = None) -> list[P
 
 
 def _serve(options: Options, api_client: client.ApiClient, identity: str,
-           on_ready: Callable[[], None] | None = None) -> int:
+           on_ready: Callable[[], None] | None = None,
+           server: serverversion.Behaviour | None = None) -> int:
     # client-go exports no *_created series; neither do we.
     disable_created_metrics()
     registry = CollectorRegistry()
@@ -185,7 +205,8 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str,
     # it, it refuses until the Lease is first acquired (a standby writes nothing).
     fence = WriteFence(lease_required=options.leader_elect)
     recorder = build_recorder(api_client, options, registry, fence=fence)
-    factory, controller = build(api_client, options, registry, fence=fence, recorder=recorder)
+    factory, controller = build(api_client, options, registry, fence=fence, recorder=recorder,
+                                use_watch_list=server.watch_list if server is not None else True)
 
     elector: LeaderElector | None = None
     leader_metrics = LeaderElectionMetrics(registry)
@@ -229,6 +250,8 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str,
         except OSError:
             endpoints.stop()
             raise
+    if server is not None:
+        say_server_version(server)
 
     stop = threading.Event()
 

@@ -1,18 +1,44 @@
-"""`python -m gpuclaimctl.controlplane build`: build the binaries if missing."""
+"""`python -m gpuclaimctl.controlplane build [--k8s-version 1.35]`: build the
+binaries if missing.
+
+Without a version (and without $GPUCLAIMCTL_K8S_VERSION) it builds the newest
+supported plane and helm, what `make test` needs; with an older supported
+minor, only what that minor's plane needs (its server binaries, and the
+shared etcd, kubectl and kwok when missing).
+"""
 
 from __future__ import annotations
 
 import sys
 
-from gpuclaimctl.controlplane.build import BuildError, ensure_binaries
+from gpuclaimctl.controlplane.build import (
+    COMPONENTS,
+    NEWEST_MINOR,
+    BuildError,
+    ensure_binaries,
+    plane_components,
+    selected_minor,
+)
+
+USAGE = "usage: python -m gpuclaimctl.controlplane [build] [--k8s-version MINOR]"
 
 
 def main(argv: list[str]) -> int:
-    if argv[1:] not in ([], ["build"]):
-        print("usage: python -m gpuclaimctl.controlplane [build]", file=sys.stderr)
+    args = argv[1:]
+    if args[:1] == ["build"]:
+        args = args[1:]
+    version: str | None = None
+    if len(args) == 2 and args[0] == "--k8s-version":
+        version = args[1]
+    elif len(args) == 1 and args[0].startswith("--k8s-version="):
+        version = args[0].partition("=")[2]
+    elif args:
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        paths = ensure_binaries(log=lambda m: print(m, file=sys.stderr))
+        minor = selected_minor(version)
+        components = COMPONENTS if minor == NEWEST_MINOR else plane_components(minor)
+        paths = ensure_binaries(log=lambda m: print(m, file=sys.stderr), components=components)
     except BuildError as e:
         print(f"gpuclaimctl: {e}", file=sys.stderr)
         return 1

@@ -6,6 +6,12 @@ project can reach, but each is a Go module the machine's Go can build. This
 module builds them once into a cache outside git, keyed by pinned version,
 and never rebuilds what is there.
 
+The plane runs the newest supported Kubernetes unless GPUCLAIMCTL_K8S_VERSION
+names an older supported minor (docs/versions.md); an older minor builds only
+its kube-apiserver, kube-scheduler and kube-controller-manager, each into its
+own `kubernetes-vX.Y.Z` folder beside the newest's, and shares etcd, kwok,
+kubectl and helm with the newest.
+
 It must not download anything but Go modules, and its failures (no Go, no
 module proxy) are one line for a person, not a traceback.
 """
@@ -34,6 +40,14 @@ KWOK_VERSION = "v0.8.0"
 # helm: the newest v3 the Go module proxy serves here; its go.mod says
 # `go 1.26.0` and requires client-go v0.37, the plane's minor.
 HELM_VERSION = "v3.22.0"
+# The supported minors, oldest first, each at the newest patch the Go module
+# proxy serves (`go list -m -versions k8s.io/kubernetes` lists v1.35.4,
+# v1.36.3, v1.37.2; asking for a later patch of either is refused). The
+# newest is the default plane; docs/versions.md says what differs.
+KUBERNETES_VERSIONS = {"1.35": "v1.35.4", "1.36": "v1.36.3", "1.37": KUBERNETES_VERSION}
+NEWEST_MINOR = "1.37"
+# Which minor a plane runs (tests, `make run K8S_VERSION=`, `make test-versions`).
+VERSION_ENV = "GPUCLAIMCTL_K8S_VERSION"
 
 
 class BuildError(Exception):
@@ -47,23 +61,25 @@ class Component:
     name: str
     version: str
     binaries: tuple[str, ...]
+    # The folder under gomod/ whose go.mod pins this build (etcd, kubernetes).
+    gomod: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.name}-{self.version}"
 
 
-KUBERNETES = Component(
-    "kubernetes",
-    KUBERNETES_VERSION,
-    ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"),
-)
-ETCD = Component("etcd", ETCD_VERSION, ("etcd",))
+SERVER_BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+KUBERNETES = Component("kubernetes", KUBERNETES_VERSION, (*SERVER_BINARIES, "kubectl"), "kubernetes")
+ETCD = Component("etcd", ETCD_VERSION, ("etcd",), "etcd")
 KWOK = Component("kwok", KWOK_VERSION, ("kwok",))
 HELM = Component("helm", HELM_VERSION, ("helm",))
 # What `ControlPlane` starts from; helm is only a tool of the test suite.
 PLANE_COMPONENTS = (ETCD, KUBERNETES, KWOK)
 COMPONENTS = (*PLANE_COMPONENTS, HELM)
+# An older minor's plane shares the newest's kubectl: a view of the newest's
+# build that needs only that binary (building it builds all four).
+KUBECTL = dataclasses.replace(KUBERNETES, binaries=("kubectl",))
 
 # What helm's Makefile sets with -X for a release build: the version it
 # reports, and the Kubernetes version `helm lint` and `helm template` assume
@@ -75,6 +91,42 @@ _HELM_LDFLAGS = (
     "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
     "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37",
 )
+
+
+def kubernetes_component(minor: str) -> Component:
+    """The Kubernetes build of one supported minor: the newest's has kubectl
+    too; an older one's only the three server binaries, from
+    gomod/kubernetes_1_35 (a folder name setuptools takes as package data)."""
+    if minor == NEWEST_MINOR:
+        return KUBERNETES
+    return Component("kubernetes", KUBERNETES_VERSIONS[minor], SERVER_BINARIES,
+                     "kubernetes_" + minor.replace(".", "_"))
+
+
+def selected_minor(value: str | None = None) -> str:
+    """The minor a plane runs: `value`, else $GPUCLAIMCTL_K8S_VERSION, else the newest.
+
+    "1.35", "v1.35" and the pinned "v1.35.4" all name 1.35; anything else
+    (an unsupported minor, another patch) is a BuildError that lists the choices.
+    """
+    raw = value if value is not None else os.environ.get(VERSION_ENV, "")
+    text = raw.strip().removeprefix("v")
+    if not text:
+        return NEWEST_MINOR
+    minor = ".".join(text.split(".")[:2])
+    if minor in KUBERNETES_VERSIONS and text in (minor, KUBERNETES_VERSIONS[minor][1:]):
+        return minor
+    choices = ", ".join(f"{m} ({v})" for m, v in KUBERNETES_VERSIONS.items())
+    raise BuildError(f"Kubernetes {raw!r} is not a supported version; choose one of {choices}")
+
+
+def plane_components(minor: str | None = None) -> tuple[Component, ...]:
+    """What a plane of `minor` (default: the selected one) starts from: an
+    older minor's server binaries, and the newest's kubectl beside them."""
+    minor = selected_minor(minor)
+    if minor == NEWEST_MINOR:
+        return PLANE_COMPONENTS
+    return (ETCD, kubernetes_component(minor), KUBECTL, KWOK)
 
 
 def cache_root() -> Path:
@@ -89,8 +141,10 @@ def component_dir(component: Component, root: Path | None = None) -> Path:
     return (root or cache_root()) / "controlplane" / component.key
 
 
-def binary_path(binary: str, root: Path | None = None) -> Path:
-    for component in COMPONENTS:
+def binary_path(
+    binary: str, root: Path | None = None, components: tuple[Component, ...] = COMPONENTS
+) -> Path:
+    for component in components:
         if binary in component.binaries:
             return component_dir(component, root) / binary
     raise KeyError(binary)
@@ -125,9 +179,30 @@ def ensure_binaries(
             if todo:
                 go = _find_go()
                 for component in todo:
-                    _build(go, component, root, log)
-    return {b: binary_path(b, root) for c in components for b in c.binaries}
+                    if missing(root, (component,)):  # KUBECTL comes with KUBERNETES
+                        _build(go, _whole(component), root, log)
+    return {b: binary_path(b, root, components) for c in components for b in c.binaries}
 
+
+def _kubernetes_ldflags(component: Component) -> tuple[str, ...]:
+    """What hack/lib/version.sh stamps into a release build, so that /version
+    and `--version` say the release; unstamped, they say v0.0.0-master with
+    the source's minor (component-base's DefaultKubeBinaryVersion). Only the
+    older minors' builds are stamped: the newest's recipe stays the one every
+    kept cache was built with (the cache is keyed by version, not recipe)."""
+    if component == KUBERNETES:
+        return ()
+    version = component.version
+    major, minor = version.removeprefix("v").split(".")[:2]
+    values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor}
+    return tuple(f"-X {package}.{key}={value}"
+                 for package in ("k8s.io/client-go/pkg/version", "k8s.io/component-base/version")
+                 for key, value in values.items())
+
+
+def _whole(component: Component) -> Component:
+    """The build that makes `component`'s binaries (KUBECTL is part of KUBERNETES's)."""
+    return KUBERNETES if component == KUBECTL else component
 
 
 def _find_go() -> str:
@@ -171,9 +246,11 @@ def _build(
                 KUBERNETES.name: [f"k8s.io/kubernetes/cmd/{b}" for b in component.binaries],
             }[component.name]
             out = ["-o", str(tmp / "etcd")] if component is ETCD else ["-o", str(tmp) + "/"]
+            ldflags = ("-s", "-w", *(_kubernetes_ldflags(component)
+                                     if component.name == KUBERNETES.name else ()))
             _run_go(
-                [go, "build", "-trimpath", "-ldflags=-s -w", *out, *packages],
-                cwd=GOMOD_DIR / component.name, env=env, component=component,
+                [go, "build", "-trimpath", f"-ldflags={' '.join(ldflags)}", *out, *packages],
+                cwd=GOMOD_DIR / component.gomod, env=env, component=component,
             )
         for b in component.binaries:
             if not (tmp / b).is_file():

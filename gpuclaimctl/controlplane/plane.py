@@ -19,6 +19,12 @@ objects in it depend on (service-account tokens are signed with its key);
 each start, the kubeconfig is rewritten for them, and the previous start's
 logs are moved to `logs.previous`.
 
+The plane runs one supported Kubernetes minor: `version`, else
+$GPUCLAIMCTL_K8S_VERSION, else the newest (build.selected_minor). A kept
+plane records the minor that last ran it; as kubeadm does, a start refuses
+to go back a minor (etcd's data may hold what the older one cannot read)
+or to skip one (upgrades go one minor at a time), and says how to go on.
+
 The API server keeps a Metadata-level audit log of the requests of service
 accounts only (`audit_events()`): tests run the controller as its service
 account to prove its RBAC, and read there what it actually did. The admin
@@ -77,6 +83,17 @@ AUDIT_POLICY = {
 _PR_SET_PDEATHSIG = 1
 
 
+# In a plane's folder: the Kubernetes minor that last ran it ("1.36").
+VERSION_FILE = "kubernetes-minor"
+# Every plane kept before the minor was recorded ran v1.37.2.
+KEPT_UNRECORDED = "1.37"
+
+
+def _minor_number(minor: str) -> int:
+    """"1.36" -> 36: every supported minor has major 1."""
+    return int(minor.partition(".")[2])
+
+
 class ControlPlaneError(Exception):
     """A component failed to start or answer; the message has its log tail."""
 
@@ -122,7 +139,10 @@ class ControlPlane:
         profiling: bool = False,
         audit: bool = True,
         extra_flags: Mapping[str, Iterable[str]] | None = None,
+        version: str | None = None,
     ) -> None:
+        # Which Kubernetes minor runs ("1.35"); a bad name is a BuildError now.
+        self.minor = build.selected_minor(version)
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpuclaimctl-plane-"))
         self._wanted = [c for c in components]
@@ -181,15 +201,19 @@ class ControlPlane:
             atexit.register(self.stop)
             self._atexit_registered = True
         try:
-            self.bin = build.ensure_binaries(log=self._log, components=build.PLANE_COMPONENTS)
-            self.workdir.mkdir(parents=True, exist_ok=True)
             self.resumed = (self.workdir / "etcd" / "member").is_dir()
+            if self.resumed:
+                self._check_kept_version()  # before a build it would make for nothing
+            self.bin = build.ensure_binaries(log=self._log,
+                                             components=build.plane_components(self.minor))
+            self.workdir.mkdir(parents=True, exist_ok=True)
             if not self._owns_workdir:
                 self._set_previous_logs_aside()
             self.pki = load_or_make_pki(self.workdir / "pki")
             self._write_kubeconfig()
             self._start_etcd()
             self.start_apiserver()
+            (self.workdir / VERSION_FILE).write_text(self.minor + "\n")
             self.ensure(*self._wanted)
         except BaseException:
             self.stop()
@@ -224,6 +248,29 @@ class ControlPlane:
                 for n, p in self._procs.items()
                 if p.popen is not None and p.popen.poll() is None
             }
+
+    def _check_kept_version(self) -> None:
+        """Refuse a kept plane last run by a newer minor, or by one more than
+        a minor older (kubeadm's rules for a real cluster's upgrade)."""
+        recorded = self.workdir / VERSION_FILE
+        # Planes kept before versions were recorded all ran the newest.
+        last = recorded.read_text().strip() if recorded.exists() else KEPT_UNRECORDED
+        step = _minor_number(self.minor) - _minor_number(last)
+        if step == 0:
+            return
+        if step == 1:
+            self._log(f"upgrading the plane kept in {self.workdir} from Kubernetes {last} "
+                      f"to {self.minor}")
+            return
+        if step < 0:
+            why = (f"Kubernetes does not go back a minor version: its data may hold what "
+                   f"{self.minor} cannot read")
+        else:
+            between = f"1.{_minor_number(last) + 1}"
+            why = (f"Kubernetes upgrades one minor version at a time: run it with "
+                   f"{between} once first")
+        raise ControlPlaneError(f"the plane kept in {self.workdir} was last run by Kubernetes "
+                                f"{last}, not {self.minor}; {why}, or start afresh")
 
     def _set_previous_logs_aside(self) -> None:
         logs = self.workdir / "logs"
