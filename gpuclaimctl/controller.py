@@ -7,20 +7,26 @@ nodes, classes), then turns it into `pod:`, `claim:` and `class:` keys;
 workers run the syncs (sync/), each with the same small frozen context.
 The handlers are sync.handlers.Handlers.
 
-PodGroups' informer is the one started late: only once a discovery check
-finds the API server serving them (discover_podgroups), which a cluster
-without them never does; nothing waits for it to be ready.
+PodGroups' informer and DRA's (ResourceSlices, DeviceClasses,
+ResourceClaims, DeviceTaintRules: docs/dra.md) are the ones started late:
+only once a discovery check finds the API server serving them
+(discover_podgroups, discover_dra), which a cluster without them never
+does; nothing waits for them to be ready. DRA nodes offer devices once
+DRA's informers have all listed (Handlers.dra_synced): offered before the
+claims holding them are known, devices would be counted free.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuclaimctl.client import discovery
 from gpuclaimctl.client.fence import NotLeader
 from gpuclaimctl.client.errors import ApiError, Conflict
 from gpuclaimctl.client.writer import Writer
@@ -28,7 +34,7 @@ from gpuclaimctl.model import api, keys
 from gpuclaimctl.model.keys import Kind, WorkKey
 from gpuclaimctl.model.budgets import BudgetInfo
 from gpuclaimctl.model.podclaims import has_gate
-from gpuclaimctl.model.snapshot import Age, ClassInfo, NodeInfo, age_of, claim_holds_gpus, parse_time, pod_priority
+from gpuclaimctl.model.snapshot import Age, ClassInfo, age_of, claim_holds_gpus, parse_time, pod_priority
 from gpuclaimctl.state import indexes
 from gpuclaimctl.state.memories import Memories
 from gpuclaimctl.state.turnstile import AgeTurnstile
@@ -40,6 +46,8 @@ from gpuclaimctl.sync.context import AUDIT_INFLIGHT, Settings, SyncContext
 from gpuclaimctl.sync.handlers import Handlers
 from gpuclaimctl.sync.podsync import sync_pod
 from informers import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     GPU_BUDGETS,
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,
@@ -49,10 +57,13 @@ from informers import (
     PERSISTENT_VOLUMES,
     POD_GROUPS,
     PODS,
+    RESOURCE_CLAIMS,
     RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
     EventHandlerFuncs,
     HandlerRegistration,
     PodGroupLister,
+    Resource,
     SharedInformerFactory,
 )
 from metrics.controller import ControllerMetrics, StateSample
@@ -65,6 +76,12 @@ Obj = dict[str, Any]
 # not serve them: a cluster that turns the API on is seen within this, and
 # one GET per half minute costs it nothing.
 PODGROUP_DISCOVERY_PERIOD = 30.0
+# DRA is read where the API server serves these three; DeviceTaintRules too
+# where it serves them (docs/dra.md §1: a tainted device is not offered).
+DRA_RESOURCES = (RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIMS)
+DRA_OPTIONAL = (DEVICE_TAINT_RULES,)
+# As PODGROUP_DISCOVERY_PERIOD, for resource.k8s.io/v1.
+DRA_DISCOVERY_PERIOD = 30.0
 
 
 def utcnow() -> datetime:
@@ -83,15 +100,25 @@ class Controller:
         shutdown_timeout: float = 20.0,
         now: Callable[[], datetime] = utcnow,
         podgroups_served: Callable[[], bool] | None = None,
+        dra_served: Callable[[], Collection[Resource]] | None = None,
     ) -> None:
         """`podgroups_served` is the discovery check for PodGroups
-        (client.discovery.serves); None reads none."""
+        (client.discovery.serves); None reads none. `dra_served` says which
+        of DRA_RESOURCES and DRA_OPTIONAL the API server serves
+        (client.discovery.served, through the factory's client by default)."""
         pods = factory.pods()
         self._factory = factory
         self._podgroups_served = podgroups_served
+        # Guards the informers started late (PodGroups', DRA's), each set once.
+        self._late_lock = threading.Lock()
         # Set once, by watch_podgroups: PodGroups' lister and handler.
-        self._podgroups_lock = threading.Lock()
         self._podgroups: tuple[PodGroupLister, HandlerRegistration] | None = None
+        self._dra_served = dra_served if dra_served is not None else functools.partial(
+            discovery.served, factory.api_client, DRA_RESOURCES + DRA_OPTIONAL)
+        # Set once, by watch_dra: the DRA informers' handlers.
+        self._dra: list[HandlerRegistration] | None = None
+        # Set once every DRA informer has listed and the view counts them.
+        self._dra_counted = threading.Event()
         turnstile = AgeTurnstile()
         memories = Memories(reject_for=settings.reject_for)
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
@@ -180,7 +207,7 @@ class Controller:
     def watch_podgroups(self) -> None:
         """Read PodGroups from now on: their informer, with its handler
         (which wakes the pods naming one), started. Idempotent."""
-        with self._podgroups_lock:
+        with self._late_lock:
             if self._podgroups is not None:
                 return
             informer = self._factory.informer_for(POD_GROUPS)
@@ -218,13 +245,89 @@ class Controller:
         return False
 
     def start_podgroup_discovery(self, stop: threading.Event) -> threading.Thread | None:
-        """discover_podgroups on a daemon thread, until found or `stop`."""
+        """The discovery of every informer started late, each on a daemon
+        thread until found or `stop`: discover_dra, and discover_podgroups
+        (whose thread is returned) when there is a check for them."""
+        threading.Thread(target=self.discover_dra, args=(stop, self._dra_served),
+                         name="dra-discovery", daemon=True).start()
         if self._podgroups_served is None:
             return None
         t = threading.Thread(target=self.discover_podgroups, args=(stop, self._podgroups_served),
                              name="podgroup-discovery", daemon=True)
         t.start()
         return t
+
+    # -- GPUs served by DRA, once served ------------------------------------------------------
+
+    def dra_synced(self) -> bool:
+        """DRA is read: served, listed, and counted in the view."""
+        return self._dra_counted.is_set()
+
+    def watch_dra(self, resources: Collection[Resource], stop: threading.Event | None = None) -> None:
+        """Read DRA's objects from now on: an informer for each of
+        `resources` with its handler, started; once all have listed, the
+        view counts them (Handlers.dra_synced), from a daemon thread that
+        gives up with `stop`. Idempotent."""
+        h = self._handlers
+        funcs = {
+            RESOURCE_SLICES: EventHandlerFuncs(add=h.slice_added, update=h.slice_updated, delete=h.slice_deleted),
+            DEVICE_CLASSES: EventHandlerFuncs(add=h.device_class_added, update=h.device_class_updated,
+                                              delete=h.device_class_deleted),
+            RESOURCE_CLAIMS: EventHandlerFuncs(add=h.resource_claim_added, update=h.resource_claim_updated,
+                                               delete=h.resource_claim_deleted),
+            DEVICE_TAINT_RULES: EventHandlerFuncs(add=h.taint_rule_added, update=h.taint_rule_updated,
+                                                  delete=h.taint_rule_deleted),
+        }
+        with self._late_lock:
+            if self._dra is not None:
+                return
+            chosen = [(r, self._factory.informer_for(r)) for r in funcs if r in resources]
+            self._dra = [informer.add_event_handler(funcs[r], name=f"gpuclaimctl-{r.plural}", inline=True)
+                         for r, informer in chosen]
+            registrations = list(self._dra)
+        for _, informer in chosen:
+            informer.start()
+        threading.Thread(target=self._count_dra_once_listed, args=(registrations, stop or threading.Event()),
+                         name="dra-sync", daemon=True).start()
+
+    def _count_dra_once_listed(self, registrations: list[HandlerRegistration], stop: threading.Event) -> None:
+        while not stop.is_set():
+            if all(r.has_synced() for r in registrations):
+                self._handlers.dra_synced()
+                self._dra_counted.set()
+                log.info("the DRA informers have listed: nodes serving a GPUClass's resource through DRA "
+                         "offer the devices their ResourceSlices publish")
+                return
+            stop.wait(0.1)
+
+    def discover_dra(self, stop: threading.Event, served: Callable[[], Collection[Resource]],
+                     period: float = DRA_DISCOVERY_PERIOD) -> bool:
+        """Ask `served` now and every `period` seconds until it names every
+        one of DRA_RESOURCES (then watch them, and those of DRA_OPTIONAL it
+        names; True) or `stop` is set (False). Never raises: a failed
+        check is asked again."""
+        told = False
+        while not stop.is_set():
+            try:
+                found = set(served())
+            except Exception as e:  # the API server is away: ask again later
+                log.warning("could not ask whether resource.k8s.io/v1 is served, will ask again: %s", e)
+                found = set()
+            if stop.is_set():
+                return False
+            if set(DRA_RESOURCES) <= found:
+                watched = [r for r in DRA_RESOURCES + DRA_OPTIONAL if r in found]
+                log.info("the API server serves resource.k8s.io/v1: reading %s; nodes serving a GPUClass's "
+                         "resource through DRA count the devices their ResourceSlices publish",
+                         ", ".join(r.plural for r in watched))
+                self.watch_dra(watched, stop)
+                return True
+            if not told:
+                log.info("the API server does not serve resource.k8s.io/v1 (DRA); GPUs are counted from "
+                         "nodes' allocatable alone until it does (asking every %.0f s)", period)
+                told = True
+            stop.wait(period)
+        return False
 
     # -- worker loop (sample-controller) ------------------------------------------
 
@@ -333,7 +436,8 @@ class Controller:
             if claim_holds_gpus(c):
                 bound[cls] = bound.get(cls, 0) + int((c.get("spec") or {}).get("count") or 0)
         allocatable: dict[str, int] = {}
-        nodes = [NodeInfo.from_api(n) for n in self.ctx.nodes.list()]
+        # As placement sees them: a DRA node's offers in its allocatable.
+        nodes = list(self.ctx.view.cluster().nodes.values())
         for obj in self.ctx.classes.list():
             cls_info = ClassInfo.from_api(obj)
             allocatable[cls_info.name] = cls_info.allocatable(nodes)[1]

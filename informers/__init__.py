@@ -40,6 +40,8 @@ from informers.processor import EventHandler, EventHandlerFuncs
 from informers.reflector import Reflector
 from informers.resource import (
     CONFIG_MAPS,
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     GPU_BUDGETS,
     GPU_CLAIM_TEMPLATES,
     GPU_CLAIMS,
@@ -49,7 +51,9 @@ from informers.resource import (
     PERSISTENT_VOLUMES,
     POD_GROUPS,
     PODS,
+    RESOURCE_CLAIMS,
     RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
     Resource,
 )
 from informers.shared_informer import HandlerRegistration, SharedInformer
@@ -61,6 +65,8 @@ __all__ = [
     "Backoff",
     "BackoffPolicy",
     "CONFIG_MAPS",
+    "DEVICE_CLASSES",
+    "DEVICE_TAINT_RULES",
     "Clock",
     "ClusterLister",
     "Compactor",
@@ -93,7 +99,9 @@ __all__ = [
     "PERSISTENT_VOLUME_CLAIMS",
     "PODS",
     "POD_GROUPS",
+    "RESOURCE_CLAIMS",
     "RESOURCE_QUOTAS",
+    "RESOURCE_SLICES",
     "PersistentVolumeClaimLister",
     "PersistentVolumeLister",
     "PodGroupLister",

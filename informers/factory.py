@@ -78,6 +78,7 @@ class SharedInformerFactory:
         (seconds, 0 for none): under load, how long a watch event may wait
         to be read with those after it, one wake-up for all (see
         ``api._gathering``); the first event after a quiet spell is read at once."""
+        self._api_client = api_client
         self._client = RawClient(api_client)
         self._namespace = namespace
         self._label_selector = label_selector
@@ -96,6 +97,12 @@ class SharedInformerFactory:
         self._watch_batch_window = watch_batch_window
         self._lock = threading.Lock()
         self._informers: dict[Resource, SharedInformer] = {}
+
+    @property
+    def api_client(self) -> ApiClient:
+        """The client the informers read through, for a caller's own reads
+        of the same server (whether it serves a resource, say)."""
+        return self._api_client
 
     def informer_for(
         self, resource: Resource, *, indexers: Mapping[str, IndexFunc] | None = None

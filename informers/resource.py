@@ -48,6 +48,12 @@ RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", namespaced=True)
 # Served only where the cluster enables it (Kubernetes 1.37: the GenericWorkload
 # feature gate and --runtime-config=scheduling.k8s.io/v1beta1=true).
 POD_GROUPS = Resource("scheduling.k8s.io", "v1beta1", "podgroups", namespaced=True)
+# Dynamic resource allocation (resource.k8s.io/v1, on by default since
+# Kubernetes 1.34; a cluster may turn it off with --runtime-config).
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", namespaced=False)
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", namespaced=True)
+DEVICE_TAINT_RULES = Resource("resource.k8s.io", "v1", "devicetaintrules", namespaced=False)
 
 CRD_GROUP = "gpuclaimctl.io"
 CRD_VERSION = "v1alpha1"

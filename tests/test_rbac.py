@@ -77,7 +77,10 @@ UNEXERCISED = {
     **{("list", group, resource, ""): _WATCHLIST_FALLBACK for group, resource in (
         ("", "nodes"), ("", "pods"), ("", "persistentvolumeclaims"), ("", "persistentvolumes"),
         ("gpuclaimctl.io", "gpuclasses"), ("gpuclaimctl.io", "gpuclaimtemplates"),
-        ("gpuclaimctl.io", "gpubudgets"), ("", "namespaces"), ("", "resourcequotas"))},
+        ("gpuclaimctl.io", "gpubudgets"), ("", "namespaces"), ("", "resourcequotas"),
+        # DRA's (docs/dra.md): the session's plane serves resource.k8s.io/v1.
+        ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "deviceclasses"),
+        ("resource.k8s.io", "resourceclaims"), ("resource.k8s.io", "devicetaintrules"))},
     # The session's plane does not serve PodGroups (a feature gate and a
     # beta API); tests/test_podgroup_gangs.py runs the controller as this
     # service account on a plane that does, and shows them read.

@@ -9,7 +9,12 @@ Five sections, each read from one list of each resource:
    hold), which placement takes off too (DESIGN.md §4); FREE is the rest,
    so ALLOCATABLE = BOUND + OTHER + FREE on every row. FREE can be
    negative: that is an overcommitted node, shown rather than hidden.
-   Placements in flight are the controller's alone and not shown.
+   Placements in flight are the controller's alone and not shown. A node
+   serving a class's resource through DRA (docs/dra.md) counts it as the
+   controller does: ALLOCATABLE is the devices its ResourceSlices offer,
+   OTHER includes the devices ResourceClaims hold there; such nodes are
+   listed again under "GPUs served by DRA" with their DeviceClass and what
+   was not counted.
 2. Claims by phase, per class.
 3. GPUBudgets per namespace, one row per limit: the limit, the GPUs the
    namespace's claims of the classes it covers hold (HELD: Bound, or Lost
@@ -31,9 +36,10 @@ the reading and printing. Nothing here writes to the API server.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,12 +60,15 @@ from gpuclaimctl.model.api import (
     WaitReason,
 )
 from gpuclaimctl.decide import podplan
-from gpuclaimctl.decide.capacity import claim_usage, used_capacity
+from gpuclaimctl.decide.capacity import claim_usage
+from gpuclaimctl.decide.dra import NodeDra, SliceIndex, allocatable_with_dra, cluster_offers, map_resources
+from gpuclaimctl.decide.drausage import device_owners, dra_usage, used_with_dra
 from gpuclaimctl.decide.podplan import Found, Lookup, Outdated, ToCreate
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.model.budgets import BudgetInfo
+from gpuclaimctl.model.dra import ClaimInfo, DeviceClassInfo, SliceInfo, TaintRule
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, UnresolvedClaim, parse_time, pod_priority
 from gpuclaimctl.model.podclaims import ClaimEntry, EntrySource, PodClaimsError, pod_claims
 
@@ -122,6 +131,49 @@ class WaitingPod:
     priority: int = 0  # spec.priority
 
 
+@dataclass(frozen=True)
+class DraObjects:
+    """resource.k8s.io/v1's lists, as `read` gets them (docs/dra.md)."""
+
+    slices: Sequence[RawObject] = ()
+    device_classes: Sequence[RawObject] = ()
+    claims: Sequence[RawObject] = ()
+    taint_rules: Sequence[RawObject] = ()
+
+
+@dataclass(frozen=True)
+class DraRow:
+    node: str
+    resource: str
+    device_class: str
+    devices: int
+    not_counted: str  # why devices or pools were not counted, or "-"
+
+
+def dra_nodes(nodes: Iterable[NodeInfo], classes: Iterable[ClassInfo],
+              dra: DraObjects) -> dict[str, NodeDra]:
+    """Each node's DRA offers of the classes' resources, as the controller
+    keeps them (decide.dra.cluster_offers on the lists)."""
+    index = SliceIndex.build(SliceInfo.from_api(s) for s in dra.slices)
+    mapping = map_resources(DeviceClassInfo.from_api(c) for c in dra.device_classes)
+    return cluster_offers(list(nodes), {c.resource_name for c in classes}, index, mapping,
+                          [TaintRule.from_api(r) for r in dra.taint_rules])
+
+
+def dra_rows(offers: Mapping[str, NodeDra]) -> list[DraRow]:
+    """A row per node and resource DRA serves there with devices, or with
+    devices it did not count."""
+    rows = []
+    for name in sorted(offers):
+        nd = offers[name]
+        for resource, offer in sorted(nd.offers.items()):
+            notes = [n.message for n in (*nd.notes, *offer.notes)]
+            if offer.count or notes:
+                rows.append(DraRow(name, resource, offer.device_class or "-", offer.count,
+                                   "; ".join(notes) or "-"))
+    return rows
+
+
 def reason_counts(waiting: Iterable[WaitingPod]) -> list[tuple[str, int]]:
     """How many pods wait for each reason, most first (then by reason)."""
     counts = Counter(p.reason for p in waiting)
@@ -142,12 +194,22 @@ def gpu_rows(
     classes: Iterable[RawObject],
     claims: Iterable[RawObject],
     pods: Iterable[RawObject],
+    dra: DraObjects | None = None,
 ) -> list[NodeClassRow]:
-    """One row per node and class it offers, sorted by node then class."""
+    """One row per node and class it offers, sorted by node then class.
+    With `dra` (resource.k8s.io/v1 served), a node serving a resource
+    through DRA offers the devices its slices do, and what ResourceClaims
+    hold of them is used (decide.drausage.used_with_dra)."""
     class_infos = sorted((ClassInfo.from_api(c) for c in classes), key=lambda c: c.name)
     claims = list(claims)
     resource_of_class = {c.name: c.resource_name for c in class_infos}
-    used = used_capacity(claims, pods, resource_of_class)
+    infos = [NodeInfo.from_api(n) for n in nodes]
+    offers = dra_nodes(infos, class_infos, dra) if dra is not None else {}
+    infos = [dataclasses.replace(n, allocatable=allocatable_with_dra(n.allocatable, offers[n.name]))
+             if n.name in offers and offers[n.name].offers else n for n in infos]
+    used = used_with_dra(claims, pods, resource_of_class, dra_usage(
+        [ClaimInfo.from_api(c) for c in (dra.claims if dra is not None else ())],
+        device_owners(offers.values())))
     bound: Counter[tuple[str, str]] = Counter()
     for claim in claims:
         held = claim_usage(claim, resource_of_class)
@@ -155,7 +217,7 @@ def gpu_rows(
             node_name, resource, count = held
             bound[node_name, resource] += count
     rows = []
-    for node in sorted((NodeInfo.from_api(n) for n in nodes), key=lambda n: n.name):
+    for node in sorted(infos, key=lambda n: n.name):
         for cls in class_infos:
             if not cls.offered_by(node):
                 continue
@@ -456,14 +518,18 @@ def render(
     budgets: Iterable[RawObject] = (),
     told: Told | None = None,
     templates: Iterable[RawObject] | None = None,
+    dra: DraObjects | None = None,
 ) -> str:
     """The status text for one snapshot. Pure: `now` only ages the pods.
 
     `pods` are the pods that may hold GPUs or wait (finished ones may be
     left out); `now` must be timezone-aware, like the API's timestamps.
+    `dra`: resource.k8s.io/v1's objects, None where it is not served.
     """
     nodes, classes, claims, pods = list(nodes), list(classes), list(claims), list(pods)
-    gpus = gpu_rows(nodes, classes, claims, pods)
+    gpus = gpu_rows(nodes, classes, claims, pods, dra)
+    served = [] if dra is None else dra_rows(dra_nodes(
+        (NodeInfo.from_api(n) for n in nodes), (ClassInfo.from_api(c) for c in classes), dra))
     phases = phase_rows(classes, claims)
     waiting = waiting_pods(pods, claims, told, None if templates is None else _lookup(templates))
     per_limit = budget_rows(budgets, claims, waiting)
@@ -474,6 +540,11 @@ def render(
             [(r.node, r.class_name, r.resource, r.allocatable, r.bound, r.other, r.free, r.state)
              for r in gpus],
         ),
+        *([_section(
+            DRA_TITLE,
+            ("NODE", "RESOURCE", "DEVICECLASS", "DEVICES", "NOT COUNTED"),
+            [(r.node, r.resource, r.device_class, r.devices, r.not_counted) for r in served],
+        )] if served else []),
         _section(
             "Claims by phase",
             ("CLASS", "PENDING", "BOUND", "LOST"),
@@ -510,6 +581,8 @@ def render(
 
 GPUS_TITLE = ("GPUs per node and class (OTHER: in use by pods without a claim for them; "
               "FREE = ALLOCATABLE - BOUND - OTHER)")
+DRA_TITLE = ("GPUs served by DRA (DEVICES: what the node's ResourceSlices offer through the DeviceClass "
+             "kube-scheduler maps the resource to; docs/dra.md)")
 REASONS_TITLE = "Waiting pods by reason (Preempting: pods of lower priority are being evicted for them)"
 BUDGETS_TITLE = "GPU budgets per namespace (HELD: GPUs claims hold now; placements in flight are not seen here)"
 
@@ -534,6 +607,8 @@ class Snapshot:
     budgets: list[dict[str, Any]]
     told: dict[str, tuple[str, str]]
     templates: list[dict[str, Any]] | None
+    # resource.k8s.io/v1's lists (read(dra=True)); None when not asked for, or not served.
+    dra: DraObjects | None = field(default=None)
 
 
 def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
@@ -543,9 +618,10 @@ def load_client(kubeconfig: str | None, context: str | None) -> client.ApiClient
         raise StatusError(str(e)) from None
 
 
-def read(api: client.ApiClient, *, events: bool = False) -> Snapshot:
+def read(api: client.ApiClient, *, events: bool = False, dra: bool = False) -> Snapshot:
     """The lists status shows; with `events`, also what gpuclaimctl's
-    Warning events told pods (told_by_events)."""
+    Warning events told pods (told_by_events); with `dra`, resource.k8s.io/v1's
+    objects (read_dra)."""
     base = f"/apis/{GROUP}/{VERSION}"
     try:
         nodes = kube.list_all(api, "/api/v1/nodes")
@@ -565,6 +641,7 @@ def read(api: client.ApiClient, *, events: bool = False) -> Snapshot:
         except ApiError:
             templates = None  # not listable: no template entry is said to be missing
         pods = kube.list_all(api, "/api/v1/pods", [("fieldSelector", _LIVE_PODS)])
+        dra_objects = read_dra(api) if dra else None
         told: dict[str, tuple[str, str]] = {}
         if events:
             try:
@@ -577,7 +654,27 @@ def read(api: client.ApiClient, *, events: bool = False) -> Snapshot:
     except (urllib3.exceptions.HTTPError, OSError) as e:
         host = api.configuration.host
         raise StatusError(f"cannot reach the API server at {host}: {_one_line(e)}") from None
-    return Snapshot(nodes, classes, claims, pods, budgets, told, templates)
+    return Snapshot(nodes, classes, claims, pods, budgets, told, templates, dra_objects)
+
+
+_DRA = "/apis/resource.k8s.io/v1"
+
+
+def read_dra(api: client.ApiClient) -> DraObjects | None:
+    """resource.k8s.io/v1's ResourceSlices, DeviceClasses, ResourceClaims
+    and DeviceTaintRules; None where the API server does not serve the
+    group version (a 404), no rules where it does not serve them."""
+    try:
+        slices = kube.list_all(api, f"{_DRA}/resourceslices")
+        device_classes = kube.list_all(api, f"{_DRA}/deviceclasses")
+        claims = kube.list_all(api, f"{_DRA}/resourceclaims")
+    except NotFound:
+        return None
+    try:
+        rules = kube.list_all(api, f"{_DRA}/devicetaintrules")
+    except NotFound:
+        rules = []
+    return DraObjects(slices, device_classes, claims, rules)
 
 
 def main(kubeconfig: str | None, context: str | None) -> int:
@@ -585,10 +682,10 @@ def main(kubeconfig: str | None, context: str | None) -> int:
     try:
         api = load_client(kubeconfig, context)
         with api:
-            snap = read(api, events=True)
+            snap = read(api, events=True, dra=True)
     except StatusError as e:
         click.echo(f"gpuclaimctl status: {e}", err=True)
         return 1
     click.echo(render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc),
-                      snap.budgets, snap.told.get, snap.templates), nl=False)
+                      snap.budgets, snap.told.get, snap.templates, snap.dra), nl=False)
     return 0

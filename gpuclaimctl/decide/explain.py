@@ -5,11 +5,13 @@ each node that offers one of the set's classes (or holds one of its claims)
 what keeps the set off it: the class selector, not Ready, cordoned, a live
 rejection, the pod's nodeSelector, a required node affinity term, a
 volume's node affinity, an untolerated taint, too few free GPUs, or the
-namespace's budget. Every check is placement's own predicate
-(`ClassInfo.offered_by`/`selects`, `PodNodeRules.mismatch`, `Term.matches`,
-`VolumeConstraint.reaches`, `untolerated_taint`, `check_budgets`) and the
-need, free GPUs and live rejections are those of the decision's own working
-state, so a node said to fit is one `decide` could pick.
+namespace's budget; and which way it serves each resource (device
+plugin, or DRA through which DeviceClass: docs/dra.md). Every check is
+placement's own predicate (`ClassInfo.offered_by`/`selects`,
+`PodNodeRules.mismatch`, `Term.matches`, `VolumeConstraint.reaches`,
+`untolerated_taint`, `check_budgets`) and the need, free GPUs and live
+rejections are those of the decision's own working state, so a node said
+to fit is one `decide` could pick.
 
 A node lists every problem it has, the first one being its verdict. The
 budget is checked for the set as a whole before any node is chosen, so
@@ -23,7 +25,7 @@ the caller counts them in `used`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -86,6 +88,10 @@ class NodeExplanation:
     need: Mapping[str, int]
     holds: tuple[str, ...] = ()  # claims of the set bound here
     chosen: bool = False  # where the decision puts the set
+    # Per resource the set uses that the node has: which way it serves it,
+    # "device plugin" (status.allocatable) or "DRA, DeviceClass <name>"
+    # (the devices its ResourceSlices offer: docs/dra.md).
+    served: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:
@@ -146,7 +152,8 @@ def explain(
         need = placer.need_on(name)
         problems = _problems(pod, states, cluster, node, placer, need, refusal)
         free = {r: placer.free(node, r) for r in resources}
-        rows.append(NodeExplanation(name, tuple(problems), free, need, holds, name == chosen))
+        rows.append(NodeExplanation(name, tuple(problems), free, need, holds, name == chosen,
+                                    {r: served_by(node, r) for r in resources if r in node.allocatable}))
     rows.sort(key=lambda r: (not r.chosen, bool(r.problems), r.node))
     return Explanation(decision, tuple(rows), refusal)
 
@@ -163,8 +170,13 @@ def _problems(pod: PodInfo, states: Sequence[ClaimState], cluster: Cluster, node
                                f"here, no longer selects the node: {_selector_miss(cls, node)}"))
     for cls in _unique_classes(cluster, rest):
         if not cls.offered_by(node):
-            why = _selector_miss(cls, node) if not cls.selects(node) else \
-                f"the node has no {cls.resource_name}"
+            if not cls.selects(node):
+                why = _selector_miss(cls, node)
+            elif cls.resource_name in node.dra:
+                why = (f"DRA ({_device_class(node, cls.resource_name)}) offers no device of "
+                       f"{cls.resource_name} there")
+            else:
+                why = f"the node has no {cls.resource_name}"
             out.append(Problem(Verdict.CLASS_SELECTOR, f"does not offer GPUClass {cls.name}: {why}"))
     if not node.ready:
         out.append(Problem(Verdict.NOT_READY, "not Ready"))
@@ -182,15 +194,29 @@ def _problems(pod: PodInfo, states: Sequence[ClaimState], cluster: Cluster, node
     out += _rule_problems(pod, node)
     for resource, n in sorted(need.items()):
         free = placer.free(node, resource)
+        via = f" (served by {served_by(node, resource)})" if resource in node.dra else ""
         if node.allocatable.get(resource, 0) < n:
             out.append(Problem(Verdict.TOO_SMALL, f"too small: the set needs {n} {resource} here, the "
-                               f"node has {node.allocatable.get(resource, 0)} in all"))
+                               f"node has {node.allocatable.get(resource, 0)} in all{via}"))
         elif free < n:
             out.append(Problem(Verdict.SHORT, f"short by {n - free} {resource}: the set needs {n}, "
-                               f"{free} free"))
+                               f"{free} free{via}"))
     if not out and refusal is not None:
         out.append(Problem(Verdict.OVER_BUDGET, f"over budget: {refusal.message}"))
     return out
+
+
+def served_by(node: NodeInfo, resource: str) -> str:
+    """Which way the node serves `resource`: "DRA, DeviceClass <name>"
+    (docs/dra.md) or "device plugin"."""
+    if resource in node.dra:
+        return f"DRA, {_device_class(node, resource)}"
+    return "device plugin"
+
+
+def _device_class(node: NodeInfo, resource: str) -> str:
+    name = node.dra.get(resource, "")
+    return f"DeviceClass {name}" if name else "no DeviceClass kube-scheduler is sure to map"
 
 
 def _unique_classes(cluster: Cluster, claims: Sequence[ClaimState]) -> list[ClassInfo]:

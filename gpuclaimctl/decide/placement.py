@@ -409,6 +409,7 @@ class _Placer:
         if best is not None:
             return self.placed(
                 best_name, f"{self.set_desc} placed on node {best_name}, where {describe(anchors[best_name])} is bound"
+                f"{by_dra(self.cluster.nodes.get(best_name), self.need_on(''))}"
             )
         held = [c for n in valid for c in anchors[n]]
         retain = " (reclaimPolicy Retain)" if any(c.reclaim_policy is ReclaimPolicy.RETAIN for c in held) else ""
@@ -500,7 +501,8 @@ class _Placer:
                     best_frac, best_slack, best_name = frac, slack, name
 
         if best_name:
-            return self.placed(best_name, f"{self.set_desc} placed on node {best_name}")
+            return self.placed(best_name, f"{self.set_desc} placed on node {best_name}"
+                               f"{by_dra(self.cluster.nodes.get(best_name), need)}")
         return self.explain(offer, class_names, need, moved_from_cordon)
 
     def scan(self, offer: Offer, resource: str, n: int) -> str:
@@ -634,7 +636,7 @@ class _Placer:
                 short = ", ".join(
                     f"{max(near.allocatable.get(r, 0) - use(near.name, 0), 0)} {r}" for r, _, use in checks
                 )
-                detail += f"; the most free on a node the pod can use: {short} on {near.name}"
+                detail += f"; the most free on a node the pod can use: {short} on {near.name}{by_dra(near, need)}"
                 break
             if budget <= 0:
                 break
@@ -664,7 +666,7 @@ class _Placer:
         needs = ", ".join(f"{n} {r}" for r, n in checks)
         largest = max((n for n in universe if usable(n)),
                       key=lambda n: (tuple(n.allocatable.get(r, 0) for r, _ in checks), n.name))
-        has = ", ".join(f"{largest.allocatable.get(r, 0)} {r}" for r, _ in checks)
+        has = ", ".join(f"{largest.allocatable.get(r, 0)} {r}" for r, _ in checks) + by_dra(largest, need)
         excluded = sum(1 for node in universe if all(node.allocatable.get(r, 0) >= n for r, n in checks))
         but = (f"; {_nodes(excluded)} that large the pod's {self.excluders()} exclude" if excluded else "")
         return self.wait(
@@ -740,6 +742,19 @@ _SHOWN_VOLUMES = 2
 
 def _unreached(volume: VolumeConstraint, nodes: int) -> str:
     return f"{nodes} cannot reach {volume}, reachable only from {volume.reach()}"
+
+
+def by_dra(node: NodeInfo | None, resources: Iterable[str]) -> str:
+    """` (nvidia.com/gpu served by DRA, DeviceClass gpu.example.com)` for
+    those of `resources` the node serves through DRA (docs/dra.md: its
+    allocatable of them is the devices its ResourceSlices offer), for
+    messages; "" for a node whose device plugin serves them."""
+    if node is None or not node.dra:
+        return ""
+    parts = [f"{r} served by DRA, DeviceClass {node.dra[r]}" if node.dra[r] else
+             f"{r} served by DRA, no DeviceClass kube-scheduler is sure to map" for r in sorted(resources)
+             if r in node.dra]
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _nodes(n: int) -> str:

@@ -51,6 +51,10 @@ class NodeInfo:
     ready: bool = True
     unschedulable: bool = False
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    # Resource -> the DeviceClass through which DRA serves it on this node
+    # (docs/dra.md): its `allocatable` is then the devices DRA offers there,
+    # as the view keeps them (state.dra); empty from `from_api`.
+    dra: Mapping[str, str] = field(default_factory=dict)
     # The taints that can keep a pod off: NoSchedule/NoExecute, minus
     # NODE_STATE_TAINTS, which Ready and cordon checks stand for.
     blocking_taints: tuple[Taint, ...] = field(init=False, repr=False, compare=False)

@@ -5,8 +5,14 @@
 This keeps each claim's and pod's contribution and applies the difference
 when one changes, so a decision reads a current map for free.
 
-Invariant: `totals` equals `used_capacity(claims, pods, resource_of_class)`
-over the objects last seen (tests check this against the pure function).
+Invariant: `totals` equals `decide.drausage.used_with_dra(claims, pods,
+resource_of_class, dra)` over the objects last seen, where `dra` is what
+`set_dra_claim` was last told of each ResourceClaim (without any:
+`used_capacity(claims, pods, resource_of_class)`; tests check both against
+the pure functions). DRA's part (docs/dra.md §2): a ResourceClaim no pod's
+request stands for counts its devices as they are; the claim kube-scheduler
+made for a pod's extended-resource requests is folded into that pod's
+count by `pod_counted`, the one rule counting a pod once.
 Objects are keyed by uid: a claim or pod recreated under the same name is
 another object, and the caller deletes the old uid (a relist hands the
 handlers `update(old, new)` with two uids).
@@ -26,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuclaimctl.decide.capacity import claim_usage, pod_usage
+from gpuclaimctl.decide.drausage import ClaimUse, pod_counted
 from gpuclaimctl.decide.victims import RunningPod, freed_with, running_pod
 from gpuclaimctl.state.indexes import pods_by_gang
 
@@ -55,6 +62,13 @@ class UsageTracker:
         self._legacy: dict[str, Mapping[str, Any]] = {}
         self._pods: dict[str, tuple[Held, ...]] = {}        # pod uid -> its requests on its node
         self._pod_counted: dict[str, tuple[Held, ...]] = {}  # pod uid -> what it adds now
+        # DRA (state.dra): ResourceClaim uid -> the devices it holds of the
+        # offers, counted as they are (no pod's request stands for them) ...
+        self._dra_direct: dict[str, tuple[Held, ...]] = {}
+        # ... or folded into its pod's count: claim uid -> (pod uid, held),
+        # and pod uid -> (node, resource) -> devices of those claims.
+        self._dra_extended: dict[str, tuple[str, tuple[Held, ...]]] = {}
+        self._extended_of: dict[str, dict[tuple[str, str], int]] = {}
         # For preemption: the claims holding GPUs on each node, what they
         # are, and the pods bound to nodes (DESIGN.md §4d).
         self.node_claims: dict[str, set[str]] = {}           # node -> claim uids holding GPUs there
@@ -209,24 +223,69 @@ class UsageTracker:
                 self.gang_pods.setdefault(running.gang, set()).add(uid)
                 self._bump_gangs((uid,))
 
+    # -- DRA ---------------------------------------------------------------
+
+    def set_dra_claim(self, uid: str, use: ClaimUse | None) -> None:
+        """What a ResourceClaim uses of the devices DRA offers (state.dra),
+        or None: nothing (not allocated, gone, or none of its devices
+        offered)."""
+        for h in self._dra_direct.pop(uid, ()):
+            self._add(h, -1)
+        pods: list[str] = []
+        old = self._dra_extended.pop(uid, None)
+        if old is not None:
+            pod_uid, held = old
+            mine = self._extended_of[pod_uid]
+            for node, resource, n in held:
+                left = mine[(node, resource)] - n
+                if left:
+                    mine[(node, resource)] = left
+                else:
+                    del mine[(node, resource)]
+            if not mine:
+                del self._extended_of[pod_uid]
+            pods.append(pod_uid)
+        if use is not None and use.held:
+            if use.pod_uid:
+                self._dra_extended[uid] = (use.pod_uid, use.held)
+                mine = self._extended_of.setdefault(use.pod_uid, {})
+                for node, resource, n in use.held:
+                    mine[(node, resource)] = mine.get((node, resource), 0) + n
+                pods.append(use.pod_uid)
+            else:
+                self._dra_direct[uid] = use.held
+                for h in use.held:
+                    self._add(h, 1)
+        for pod_uid in dict.fromkeys(pods):
+            self._refresh_pod(pod_uid)
+
     # -- internals -----------------------------------------------------------
 
     def _refresh_pod(self, pod_uid: str) -> None:
-        """Count what the pod's requests exceed its claims by (all of them
-        for a pod no claim reserves)."""
+        """Count the pod once per node and resource (`pod_counted`): the
+        larger of its requests and its scheduler-made ResourceClaim's
+        devices, beyond what its claims hold (all of it for a pod no claim
+        reserves)."""
         for h in self._pod_counted.pop(pod_uid, ()):
             self._add(h, -1)
         requests = self._pods.get(pod_uid)
-        if not requests:
+        extended = self._extended_of.get(pod_uid)
+        if not requests and not extended:
             return
         by_claims: dict[tuple[str, str], int] = {}
         for claim_uid in self._reserved_by.get(pod_uid, ()):
             held = self._claims.get(claim_uid)
             if held is not None:
                 by_claims[held[:2]] = by_claims.get(held[:2], 0) + held[2]
-        counted = tuple((node, resource, amount - by_claims.get((node, resource), 0))
-                        for node, resource, amount in requests
-                        if amount > by_claims.get((node, resource), 0))
+        if extended is None:
+            counted = tuple((node, resource, amount - by_claims.get((node, resource), 0))
+                            for node, resource, amount in requests or ()
+                            if amount > by_claims.get((node, resource), 0))
+        else:
+            asked = {(node, resource): amount for node, resource, amount in requests or ()}
+            counted = tuple((node, resource, n) for node, resource in sorted(asked.keys() | extended.keys())
+                            if (n := pod_counted(asked.get((node, resource), 0), extended.get((node, resource), 0),
+                                                 by_claims.get((node, resource), 0))) > 0)
         if counted:
             self._pod_counted[pod_uid] = counted
             for h in counted:

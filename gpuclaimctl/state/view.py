@@ -7,12 +7,15 @@ each node last changed or went unhealthy.
 
 Invariant (DESIGN I1): at every moment a decision can read, `used()` counts
 every GPU that is or may be bound on each node — claims the informer shows
-holding GPUs, pods' requests beyond their claims, and every placement
-decided but not yet shown back by the informer. Handlers apply a change
-here before they enqueue the keys it affects, so a worker never decides on
-usage older than the event that woke it; a decision reads `used()`,
-decides and records its placements with the lock held throughout, so no
-two decisions count the same free GPUs. The node index `used()` carries
+holding GPUs, pods' requests (or the devices of the ResourceClaim
+kube-scheduler made for them) beyond their claims, the devices other
+ResourceClaims hold of what DRA offers there, and every placement decided
+but not yet shown back by the informer — against the node's allocatable as
+the snapshot has it (its DRA offers for a resource its status.allocatable
+has none of). Handlers apply a change here before they enqueue the keys it
+affects, so a worker never decides on usage older than the event that woke
+it; a decision reads `used()`, decides and records its placements with the
+lock held throughout, so no two decisions count the same free GPUs. The node index `used()` carries
 (decide.nodeindex) is held to the same: the tracker tells it every change
 of claims' and pods' usage as it applies it, a node change reaches it with
 the snapshot it makes (a class change: its buckets are built again from the
@@ -20,6 +23,16 @@ new snapshot), and what is in flight (entries and their endings, as they
 stand when `used()` is read) and any hold are laid over it per decision;
 it answers only for the usage and snapshot it was read with, and placement
 scans otherwise.
+
+GPUs served by DRA (docs/dra.md) are held to the same: what ResourceSlices,
+DeviceClasses, DeviceTaintRules and ResourceClaims change is recomputed
+here, for what the event touches (state.dra), before the handler enqueues
+anything: a node's DRA offers become its allocatable in the snapshot (the
+node patched in as a node event patches it), and what ResourceClaims use
+of them reaches the usage tracker (direct claims' devices; per pod the
+extended-claim rule `pod_counted(requested, extended, held)`), which tells
+the node index as for any usage change. Nothing of DRA is computed per
+decision.
 
 Pure functions get copies, never the live dicts.
 """
@@ -40,6 +53,7 @@ from gpuclaimctl.state.victims import UnitsOn, VictimCache
 from gpuclaimctl.model.resources import extended_resources
 from gpuclaimctl.model.budgets import BudgetUse
 from gpuclaimctl.model.snapshot import Age, ClassInfo, Cluster, NodeInfo, PodRef, Usage
+from gpuclaimctl.state.dra import DraMoves, DraState
 from gpuclaimctl.state.inflight import InFlight, InFlightPlacements, WriteState, parse_rv
 from gpuclaimctl.state.usage import UsageTracker
 
@@ -54,6 +68,9 @@ class Change:
 
     freed_on: frozenset[str] = frozenset()
     freed_anywhere: bool = False
+    # Nodes whose snapshot changed (their DRA offers): class status, their
+    # claims' room and rejections look again.
+    nodes_changed: frozenset[str] = frozenset()
 
 
 class ClusterView:
@@ -67,7 +84,10 @@ class ClusterView:
         self.node_index = NodeIndex(self.usage.totals)
         self.usage.on_change = self.node_index.used_changed
         self.inflight = InFlightPlacements()
+        # Nodes as placement sees them: with their DRA offers in their
+        # allocatable (state.dra keeps them as the informer shows them).
         self._nodes: dict[str, NodeInfo] = {}
+        self.dra = DraState()
         self._classes: dict[str, ClassInfo] = {}
         self._cluster: Cluster | None = None
         # When a node went NotReady or vanished (for Lost), and when its
@@ -178,7 +198,7 @@ class ClusterView:
                    health_changed: bool, recreated: bool) -> bool:
         """The informer shows `node`. True if anything placement reads changed."""
         name = node["metadata"]["name"]
-        info = NodeInfo.from_api(node)
+        raw = NodeInfo.from_api(node)
         with self.lock:
             if recreated and name in self._unhealthy_since:
                 self._changed_at[name] = self._now()
@@ -188,21 +208,115 @@ class ClusterView:
                 self._unhealthy_since.setdefault(name, not_ready_since or self._now())
             if health_changed:
                 self._changed_at[name] = self._now()
-            if self._nodes.get(name) == info:
-                return False
-            self._nodes[name] = info
-            if self._cluster is not None:
-                was, self._cluster = self._cluster, self._cluster.with_node(info)
-                self.node_index.follow(self._cluster, was=was, changed=name)
-            return True
+            moves = self.dra.set_node(raw)
+            if moves is None:
+                return False  # a heartbeat, say
+            changed = self._put_node(name, self.dra.effective(name))
+            self._dra_moved(moves, skip=name)
+            return changed
 
     def delete_node(self, name: str) -> None:
         with self.lock:
             self._unhealthy_since.setdefault(name, self._now())
-            self._nodes.pop(name, None)
-            if self._cluster is not None:
-                was, self._cluster = self._cluster, self._cluster.without_node(name)
-                self.node_index.follow(self._cluster, was=was, changed=name)
+            self._put_node(name, None)
+            self._dra_moved(self.dra.delete_node(name), skip=name)
+
+    def _put_node(self, name: str, info: NodeInfo | None) -> bool:
+        """The snapshot's node `name` is now `info` (None: gone), patched
+        into the snapshot and the node index. True if it changed. A change
+        of its allocatable as placement sees it (its DRA offers: status
+        changes come with their own event) counts as a change of the node
+        (nodes_changed: rejections end)."""
+        old = self._nodes.get(name)
+        if old == info:
+            return False
+        if info is None:
+            del self._nodes[name]
+        else:
+            self._nodes[name] = info
+            if old is not None and old.allocatable != info.allocatable:
+                self._changed_at[name] = self._now()
+        if self._cluster is not None:
+            was = self._cluster
+            self._cluster = was.without_node(name) if info is None else was.with_node(info)
+            self.node_index.follow(self._cluster, was=was, changed=name)
+        return True
+
+    # -- GPUs served by DRA (docs/dra.md) -------------------------------------------------
+
+    def dra_synced(self) -> Change:
+        """The DRA informers have all listed once: their offers count."""
+        with self.lock:
+            return self._dra_moved(self.dra.enable())
+
+    def apply_resource_slice(self, obj: Obj) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.put_slice(obj))
+
+    def delete_resource_slice(self, name: str) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.delete_slice(name))
+
+    def apply_device_class(self, obj: Obj) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.put_class(obj))
+
+    def delete_device_class(self, name: str) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.delete_class(name))
+
+    def apply_device_taint_rule(self, obj: Obj) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.put_rule(obj))
+
+    def delete_device_taint_rule(self, name: str) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.delete_rule(name))
+
+    def apply_resource_claim(self, old: Obj | None, new: Obj) -> Change:
+        """The ResourceClaim informer shows `new` (after `old`, possibly
+        another uid)."""
+        with self.lock:
+            moves = DraMoves()
+            if old is not None and old["metadata"].get("uid") != new["metadata"].get("uid"):
+                moves = self.dra.delete_claim(old["metadata"].get("uid", ""))
+            return self._dra_moved(moves.merge(self.dra.put_claim(new)))
+
+    def delete_resource_claim(self, obj: Obj) -> Change:
+        with self.lock:
+            return self._dra_moved(self.dra.delete_claim(obj["metadata"].get("uid", "")))
+
+    def _dra_moved(self, moves: DraMoves, skip: str = "") -> Change:
+        """Apply what a DRA change did: the nodes whose offers moved are
+        patched into the snapshot (`skip`: the caller's own node, done),
+        the claims whose use moved told to the usage tracker (and so the
+        node index). The Change says where GPUs are free now that were not
+        (the pods waiting there wake) and which nodes changed."""
+        if not moves:
+            return Change()
+        touched = set(moves.nodes)
+        for before, after in moves.claims.values():
+            for use in (before, after):
+                if use is not None:
+                    touched.update(node for node, _, _ in use.held)
+        was = {n: self._free_at(n) for n in touched}
+        changed = {skip} & moves.nodes
+        for name in sorted(moves.nodes - {skip}):
+            if self._put_node(name, self.dra.effective(name)):
+                changed.add(name)
+        for uid, (_, after) in moves.claims.items():
+            self.usage.set_dra_claim(uid, after)
+        freed = frozenset(n for n in touched
+                          if any(f > was[n].get(r, 0) for r, f in self._free_at(n).items()))
+        return Change(freed_on=freed, nodes_changed=frozenset(changed))
+
+    def _free_at(self, name: str) -> dict[str, int]:
+        """resource -> allocatable (as placement sees it) less what the
+        tracker counts on the node."""
+        node = self._nodes.get(name)
+        if node is None:
+            return {}
+        return {r: n - self.usage.totals.get(r, {}).get(name, 0) for r, n in node.allocatable.items()}
 
     def unhealthy_since(self, name: str) -> datetime:
         """Since when the node has been NotReady or gone; now, if this is
@@ -238,7 +352,9 @@ class ClusterView:
     def _classes_changed(self) -> Change:
         self._cluster = None
         moved = self.usage.set_classes({c.name: c.resource_name for c in self._classes.values()})
-        return Change(freed_anywhere=moved)
+        # The resources DRA is asked for are the classes': offers may come or go.
+        dra = self._dra_moved(self.dra.set_resources(c.resource_name for c in self._classes.values()))
+        return Change(freed_anywhere=moved or bool(dra.freed_on), nodes_changed=dra.nodes_changed)
 
     # -- deciding ---------------------------------------------------------------------------
 

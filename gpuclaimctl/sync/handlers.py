@@ -1,6 +1,9 @@
 """Informer event handlers (DESIGN.md §5): each applies the change to the
 cluster view, then turns it into the `pod:`, `claim:`, `class:` and
-`budget:` keys it affects, found through the caches' indexes. Nothing else:
+`budget:` keys it affects, found through the caches' indexes. DRA's
+objects (ResourceSlices, DeviceClasses, DeviceTaintRules, ResourceClaims:
+docs/dra.md) wake the pods that may fit where they freed GPUs or changed
+what a node offers. Nothing else:
 no read of the API server, no write; the syncs do the work.
 
 `class:` and `budget:` keys are added at most once a second each, so
@@ -365,6 +368,74 @@ class Handlers:
             return  # its status (ours) or a resync
         self.budget_changed(new)
 
+    # -- GPUs served by DRA (docs/dra.md) -----------------------------------------------------
+
+    def dra_synced(self) -> None:
+        """The DRA informers have all listed: DRA nodes offer their devices."""
+        self._dra_changed(self.view.dra_synced)
+
+    def slice_added(self, obj: Obj) -> None:
+        self._dra_changed(lambda: self.view.apply_resource_slice(obj))
+
+    def slice_updated(self, old: Obj, new: Obj) -> None:
+        if old["metadata"].get("resourceVersion") != new["metadata"].get("resourceVersion"):
+            self._dra_changed(lambda: self.view.apply_resource_slice(new))
+
+    def slice_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        name = _cluster_name(obj)
+        self._dra_changed(lambda: self.view.delete_resource_slice(name))
+
+    def device_class_added(self, obj: Obj) -> None:
+        self._dra_changed(lambda: self.view.apply_device_class(obj))
+
+    def device_class_updated(self, old: Obj, new: Obj) -> None:
+        if old["metadata"].get("resourceVersion") != new["metadata"].get("resourceVersion"):
+            self._dra_changed(lambda: self.view.apply_device_class(new))
+
+    def device_class_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        name = _cluster_name(obj)
+        self._dra_changed(lambda: self.view.delete_device_class(name))
+
+    def taint_rule_added(self, obj: Obj) -> None:
+        self._dra_changed(lambda: self.view.apply_device_taint_rule(obj))
+
+    def taint_rule_updated(self, old: Obj, new: Obj) -> None:
+        if old["metadata"].get("resourceVersion") != new["metadata"].get("resourceVersion"):
+            self._dra_changed(lambda: self.view.apply_device_taint_rule(new))
+
+    def taint_rule_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        name = _cluster_name(obj)
+        self._dra_changed(lambda: self.view.delete_device_taint_rule(name))
+
+    def resource_claim_added(self, obj: Obj) -> None:
+        self._dra_changed(lambda: self.view.apply_resource_claim(None, obj))
+
+    def resource_claim_updated(self, old: Obj, new: Obj) -> None:
+        if old["metadata"].get("resourceVersion") != new["metadata"].get("resourceVersion"):
+            self._dra_changed(lambda: self.view.apply_resource_claim(old, new))
+
+    def resource_claim_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        claim = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        if claim is not None:
+            self._dra_changed(lambda: self.view.delete_resource_claim(claim))
+
+    def _dra_changed(self, apply: Callable[[], Change]) -> None:
+        """A DRA change applied to the view, and the pods it may let fit
+        woken, as one step (woke_by); then, for each node whose offers moved
+        (its allocatable as placement sees it), what a node's own change
+        looks at again: its claims (room, rejections) and the classes'
+        status figures."""
+        with self.view.lock:
+            change = apply()
+            self.woke(change)
+        if not change.nodes_changed:
+            return
+        for name in sorted(change.nodes_changed):
+            for index in (indexes.CLAIMS_BY_NODE, indexes.CLAIMS_BY_REJECTED_NODE):
+                for c in self.ctx.claims.by_index(index, name):
+                    self.queue.add(CLAIM + keys.key_of(c))
+        self.enqueue_classes()
+
     def podgroup_changed(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         """Made, its gang policy changed, or gone: the gated pods naming it
         look again (they wait for it, or their gang's size changed)."""
@@ -429,6 +500,13 @@ class Handlers:
 
 
 # -- small helpers ----------------------------------------------------------------------------
+
+
+def _cluster_name(obj: Obj | DeletedFinalStateUnknown) -> str:
+    """The name of a cluster-scoped object, or of its tombstone."""
+    if isinstance(obj, DeletedFinalStateUnknown):
+        return obj.obj["metadata"]["name"] if obj.obj is not None else keys.split(obj.key)[1]
+    return str(obj["metadata"]["name"])
 
 
 def _class_of(claim: Obj) -> str:
