@@ -32,6 +32,7 @@ from gpuclaimctl.decide.preempt import Preemption, Victim
 from gpuclaimctl.decide.victims import WAITS_FOR_ROOM
 from gpuclaimctl.decide.victims import preempting as preempting
 from gpuclaimctl.model import keys
+from gpuclaimctl.state import indexes
 from gpuclaimctl.model.api import WaitReason
 from gpuclaimctl.model.nodeaffinity import selector_matches
 from gpuclaimctl.model.snapshot import format_time
@@ -42,6 +43,9 @@ log = logging.getLogger("gpuclaimctl.sync.preemption")
 
 # Seconds a node where an eviction was refused is given up by a preemptor.
 REFUSED_FOR = 60.0
+# Seconds before a preemptor whose victims the server shows otherwise than
+# the caches decides again.
+STALE_RETRY = 1.0
 # How long GPUs stay held for a preemptor after its last decision, and how
 # often it decides again while its victims terminate (it renews the hold).
 NOMINATION_FOR = 60.0
@@ -78,6 +82,16 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
           plan: Preemption) -> bool:
     """Evict the plan's victims; False if the node was given up."""
     pkey = keys.key_of(preemptor)
+    stale = _not_as_counted(ctx, plan.victims)
+    if stale is not None:
+        # The caches lag behind the server (a standby just taking over, a
+        # claim let go a moment ago): evict nothing on a count the server no
+        # longer holds; decide again once they catch up.
+        freed = ctx.view.drop_nomination(holder)
+        ctx.wake(lambda: Change(freed_on=freed))
+        log.info("preemption put off: %s", stale, extra={"pod": pkey, "node": plan.node})
+        ctx.enqueue_after(POD + pkey, STALE_RETRY)
+        return False
     refusal = _budgets_refuse(ctx, plan.victims)
     if refusal is None:
         for v in plan.victims:
@@ -107,6 +121,31 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
         ctx.writer.event(_ref(preemptor), "Normal", "Preempting", plan.message)
         log.info("preempting: %s", plan.message, extra={"pod": pkey, "node": plan.node})
     return True
+
+
+def _not_as_counted(ctx: SyncContext, victims: Sequence[Victim]) -> str | None:
+    """Why the server does not show a victim as the plan counted it (the
+    pod gone, replaced or terminating; its claims on its node holding fewer
+    GPUs than it was to free), by live reads, or None. Preemption is rare:
+    a read per victim and claim is cheap beside evicting on a stale cache."""
+    for v in victims:
+        live = ctx.writer.get_pod(v.namespace, v.name)
+        if live is None or live["metadata"].get("uid") != v.uid or live["metadata"].get("deletionTimestamp"):
+            return f"pod {v.key} is gone, replaced or terminating on the server"
+        held: dict[str, int] = {}
+        for cached in ctx.claims.by_index(indexes.CLAIMS_BY_RESERVED_POD, v.key):
+            claim = ctx.writer.get_claim(v.namespace, cached["metadata"]["name"])
+            status = (claim or {}).get("status") or {}
+            if claim is None or status.get("phase") != "Bound" or status.get("nodeName") != v.node or \
+                    not any(r.get("uid") == v.uid for r in status.get("reservedFor") or ()):
+                continue
+            resource = str(status.get("resourceName") or "")
+            held[resource] = held.get(resource, 0) + int((claim.get("spec") or {}).get("count") or 0)
+        short = {r: n for r, n in v.frees.items() if held.get(r, 0) < n}
+        if short:
+            return (f"the claims of pod {v.key} hold fewer GPUs on node {v.node} on the server than the "
+                    f"caches show ({', '.join(f'{n} {r}' for r, n in sorted(short.items()))} counted)")
+    return None
 
 
 def _budgets_refuse(ctx: SyncContext, victims: Sequence[Victim]) -> str | None:

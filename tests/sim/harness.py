@@ -1073,7 +1073,7 @@ class Sim:
 
     def check_preemption(self, key: str, since: int) -> None:
         """I6, after each sync that evicted: every victim was placed by the
-        controller (claims Bound on its node reserve it), of lower priority
+        controller (it released it to that node), of lower priority
         than the preemptor (a gang's: its members' highest), taken with its
         whole gang; never protected by a budget allowing no disruption;
         and, for one pod's set, the set fits on the victims' node once
@@ -1095,9 +1095,13 @@ class Sim:
         for _, victim, claims in evictions:
             vname = victim["metadata"]["name"]
             vnode = (victim.get("spec") or {}).get("nodeName")
-            if not any((c.get("status") or {}).get("phase") == "Bound" and c["status"].get("nodeName") == vnode
-                       for c in claims):
-                raise InvariantBroken(f"I6: {key} evicted {vname}, which holds no claim of ours on its node "
+            # Placed by the controller: released by it to this node. (Its
+            # claims may have been let go meanwhile -- an annotation edited
+            # after release -- by a write racing the eviction: the
+            # controller confirms them live just before, not atomically.)
+            placed_on = (victim["metadata"].get("annotations") or {}).get(api.PLACED_NODE_ANNOTATION)
+            if placed_on != vnode:
+                raise InvariantBroken(f"I6: {key} evicted {vname}, which gpuclaimctl did not place on its node "
                                       f"{vnode}\n" + self.trace())
             if int((victim.get("spec") or {}).get("priority") or 0) >= priority:
                 raise InvariantBroken(f"I6: {key} (priority {priority}) evicted {vname} of priority "
