@@ -91,6 +91,7 @@ bench-watch: controlplane
 bench-placement: $(STAMP)
 	$(PY) -m benchmarks.placement_bench
 	$(PY) -m benchmarks.preempt_bench
+	$(PY) -m benchmarks.dra_bench
 
 # BENCH_CONTROLLER_ARGS="--pods 100 --nodes 10" for a quick run; --help lists the rest.
 bench-controller: controlplane

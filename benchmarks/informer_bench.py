@@ -1,6 +1,6 @@
 """Benchmark: the initial sync of a pod informer against a real API server, ours beside client-go.
 
-    python -m benchmarks.informer_bench [--pods 20000] [--repeat 3] [--official] [--no-go] [--no-watch]
+    python -m benchmarks.informer_bench [--pods 20000] [--repeat 3] [--official] [--no-go] [--no-watch] [--slices 5000]
 
 Builds the client-go reference (benchmarks/go/informer, client-go v0.37.2)
 first, starts its own control plane (etcd + kube-apiserver), creates the
@@ -30,7 +30,11 @@ Each row is printed beside its limit and, for ours, beside client-go
 the load of the machine is printed before and after. Then the watch: the informer's
 watch is held at a gate while ``--updates`` pods are updated, and the
 backlog is timed until applied and dispatched; the same events replayed
-in-process time our side alone.
+in-process time our side alone. Then, with ``--slices N`` (default 5,000;
+0: none), the same for a ResourceSlice informer: N slices of 8 GPUs with
+realistic attributes (``slice_manifest``), client-go's (``-resource
+resourceslices``, protobuf and JSON) beside ours, against the target of
+issue 47, item 6: within 1.2x of client-go.
 
 Nothing fails on a time.
 """
@@ -329,6 +333,32 @@ def create_pods(api: Any, count: int, threads: int = 16) -> float:
     return time.perf_counter() - started
 
 
+def slice_manifest(i: int, devices: int) -> dict[str, Any]:
+    """A node's ResourceSlice as an NVIDIA-like DRA driver publishes it:
+    `devices` GPUs with realistic attributes and a memory capacity
+    (benchmarks.dra_bench.device), about 4 KB of JSON for 8."""
+    from benchmarks.dra_bench import DRIVER, device
+
+    node = f"node-{i:05d}"
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRIVER}-x7k2q"},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [device(i, d, "a100" if i % 5 < 3 else "h100") for d in range(devices)]}}
+
+
+def create_slices(api: Any, count: int, devices: int = 8, threads: int = 16) -> float:
+    w = Writer(api)
+    started = time.perf_counter()
+
+    def make(i: int) -> None:
+        w.request("POST", "/apis/resource.k8s.io/v1/resourceslices", slice_manifest(i, devices))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(make, range(count), chunksize=64))
+    return time.perf_counter() - started
+
+
 def update_pods(api: Any, names: list[tuple[str, str]], round_: int, threads: int = 16) -> None:
     w = Writer(api)
 
@@ -358,11 +388,12 @@ def warm_up(api: Any) -> None:
 
 
 def run_informers(api: Any, expected: int, watch_list: bool = True, compact: bool = True,
-                  controller: bool = False) -> dict[str, Any]:
+                  controller: bool = False, resource: Any = None) -> dict[str, Any]:
     """This package's SharedInformer for pods as the factory makes it
     (managedFields dropped, a Compactor), one handler; synced = the handler
     had every initial add. With ``controller``, as gpuclaimctl's factory
-    makes it: pods pruned to what the controller reads (model.podcache)."""
+    makes it: pods pruned to what the controller reads (model.podcache).
+    ``resource``: another resource than pods (the same defaults)."""
     from gpuclaimctl.model.podcache import prune_pod
     from informers import PODS, Compactor, EventHandlerFuncs, SharedInformer, chain, strip_managed_fields
     from informers.api import RawClient, ResourceListerWatcher
@@ -377,8 +408,8 @@ def run_informers(api: Any, expected: int, watch_list: bool = True, compact: boo
     base = rss_bytes()
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     inf = SharedInformer(
-        ResourceListerWatcher(RawClient(api), PODS),
-        name="pods",
+        ResourceListerWatcher(RawClient(api), resource or PODS),
+        name="pods" if resource is None else resource.plural,
         transform=chain(prune_pod if controller else strip_managed_fields, Compactor()) if compact
         else strip_managed_fields,
         page_size=PAGE_SIZE,
@@ -417,6 +448,12 @@ def run_ours_no_compact(api: Any, expected: int) -> dict[str, Any]:
 
 def run_ours_controller(api: Any, expected: int) -> dict[str, Any]:
     return run_informers(api, expected, watch_list=True, controller=True)
+
+
+def run_ours_slices(api: Any, expected: int) -> dict[str, Any]:
+    from informers import RESOURCE_SLICES
+
+    return run_informers(api, expected, watch_list=True, resource=RESOURCE_SLICES)
 
 
 def run_official(api: Any, expected: int) -> dict[str, Any]:
@@ -641,6 +678,7 @@ VARIANTS: dict[str, Callable[..., dict[str, Any]]] = {
     "ours-list": run_ours_list,
     "ours-no-compact": run_ours_no_compact,
     "ours-controller": run_ours_controller,
+    "ours-slices": run_ours_slices,
     "official": run_official,
     "watch": run_watch,
     "replay": run_replay,
@@ -692,7 +730,7 @@ def build_go() -> str | None:
     return None
 
 
-def run_go(kubeconfig: Path, watch_list: bool, as_json: bool) -> dict[str, Any]:
+def run_go(kubeconfig: Path, watch_list: bool, as_json: bool, resource: str = "pods") -> dict[str, Any]:
     """One run of the client-go informer; its WatchList through client-go's
     own feature gate (KUBE_FEATURE_WatchListClient), on by default; JSON
     with ``-json``, else client-go's default (protobuf for pods). Fails
@@ -701,7 +739,7 @@ def run_go(kubeconfig: Path, watch_list: bool, as_json: bool) -> dict[str, Any]:
     env.pop("KUBE_FEATURE_WatchListClient", None)
     if not watch_list:
         env["KUBE_FEATURE_WatchListClient"] = "false"
-    cmd = [str(GO_BINARY), "-kubeconfig", str(kubeconfig)] + (["-json"] if as_json else [])
+    cmd = [str(GO_BINARY), "-kubeconfig", str(kubeconfig), "-resource", resource] + (["-json"] if as_json else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"client-go informer failed:\n{out.stderr[-4000:]}")
@@ -763,6 +801,8 @@ def main() -> None:
                         help="also run the official client's informer (slow: minutes per run)")
     parser.add_argument("--no-go", action="store_true", help="skip the client-go reference")
     parser.add_argument("--no-watch", action="store_true", help="skip the watch throughput part")
+    parser.add_argument("--slices", type=int, default=5_000,
+                        help="ResourceSlices of 8 GPUs (one a node) for the ResourceSlice scenario (0: none)")
     parser.add_argument("--existing", metavar="KUBECONFIG",
                         help="measure a cluster that already has the pods (e.g. kept from an earlier run)")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
@@ -782,6 +822,9 @@ def main() -> None:
     with ControlPlane(log=lambda m: print(f"[plane] {m}", file=sys.stderr)) as plane:
         api = api_client_for(str(plane.kubeconfig))
         took = create_pods(api, args.pods)
+        if args.slices:
+            took_slices = create_slices(api, args.slices)
+            print(f"created {args.slices} ResourceSlices in {took_slices:.1f}s", file=sys.stderr)
         measure(args, plane.kubeconfig, took, go_missing)
 
 
@@ -838,6 +881,63 @@ def measure(args: argparse.Namespace, kubeconfig: Path, took: float | None, go_m
         watch = median_of([run_child(kubeconfig, "watch", args.pods, args.updates) for _ in range(args.repeat)])
         replay = median_of([run_child(kubeconfig, "replay", args.pods, args.updates) for _ in range(args.repeat)])
     report(args, weights, rows, watch, replay, go_missing, load_before, uptime())
+    if args.slices:
+        measure_slices(args, kubeconfig, go_missing)
+
+
+SLICE_PLAN = ["client-go", "client-go-json", "ours-slices"]
+SLICE_LABELS = {
+    "client-go": "client-go v0.37.2 informer (Go), protobuf",
+    "client-go-json": "client-go v0.37.2 informer (Go), JSON",
+    "ours-slices": "ours (factory defaults)",
+}
+TARGET_SLICES_VS_GO = 1.2  # issue 47, item 6
+
+
+def measure_slices(args: argparse.Namespace, kubeconfig: Path, go_missing: str | None) -> None:
+    """The initial sync of a ResourceSlice informer (WatchList), ours beside
+    client-go's, round-robin, each in a fresh process (issue 47, item 6)."""
+    load_before = uptime()
+    plan = [v for v in SLICE_PLAN if not (v.startswith("client-go") and go_missing)]
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in plan}
+    for _ in range(args.repeat):
+        for variant in plan:
+            if variant.startswith("client-go"):
+                r = run_go(kubeconfig, watch_list=True, as_json=variant == "client-go-json",
+                           resource="resourceslices")
+            else:
+                r = run_child(kubeconfig, variant, args.pods, args.updates)
+            if r["objects"] != args.slices:
+                raise RuntimeError(f"{variant} saw {r['objects']} ResourceSlices, not {args.slices}")
+            runs[variant].append(r)
+            print(f"  slices    {variant:16} sync {r['sync_s']:.2f}s", file=sys.stderr)
+    rows = {v: median_of(runs[v]) for v in plan}
+    print()
+    print(f"initial sync of {args.slices} ResourceSlices (resource.k8s.io/v1, 8 GPUs each with realistic "
+          f"attributes, about {len(orjson.dumps(slice_manifest(0, 8)))} B of JSON each), WatchList: median "
+          f"(and best) of {args.repeat} runs, round-robin, each in a fresh process")
+    print(f"  load before: {load_before}")
+    print(f"  load after:  {uptime()}")
+    header = (f"{'variant':48} {'sync s':>7} {'best s':>7} {'cpu s':>7} {'peak MB':>8} {'B/slice RSS':>11} "
+              f"{'ours/client-go':>14}")
+    print(header)
+    print("-" * len(header))
+    go = rows.get("client-go-json")
+    for variant, r in rows.items():
+        vs_go = f"{r['sync_s'] / go['sync_s']:.2f}x" if go and variant.startswith("ours") else "-"
+        print(f"{SLICE_LABELS[variant]:48} {r['sync_s']:>7.2f} {r['sync_s_best']:>7.2f} {r['cpu_s']:>7.2f} "
+              f"{r['peak_rss'] / 2**20:>8.0f} {r['bytes_per_object']:>11.0f} {vs_go:>14}")
+    if go_missing:
+        print(f"client-go reference skipped: {go_missing}")
+    mine = rows.get("ours-slices")
+    for go_variant, wire in (("client-go-json", "on JSON, the same bytes"), ("client-go", "on protobuf, its default")):
+        go = rows.get(go_variant)
+        if mine and go:
+            ratio, best = mine["sync_s"] / go["sync_s"], mine["sync_s_best"] / go["sync_s_best"]
+            verdict = "met" if ratio <= TARGET_SLICES_VS_GO else "MISSED"
+            print(f"target ResourceSlice initial sync within {TARGET_SLICES_VS_GO}x client-go ({wire}): "
+                  f"median {ratio:.2f}x, best runs {best:.2f}x, {verdict}; "
+                  f"CPU {mine['cpu_s'] / go['cpu_s']:.2f}x client-go's")
 
 
 def report(args: argparse.Namespace, weights: dict[str, float], rows: list[tuple[str, str, dict[str, Any]]],

@@ -17,6 +17,8 @@
 // the sync, peak RSS, the RSS held for the cache after a GC (heap and RSS,
 // per cached pod), whether WatchList was on, and the content types the
 // server answered the pod requests with (seen on the wire, not assumed).
+// With -resource resourceslices it does the same for resource.k8s.io/v1
+// ResourceSlices instead of pods.
 package main
 
 import (
@@ -37,6 +39,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/informers"
@@ -88,11 +91,13 @@ type contentTypes struct {
 	next http.RoundTripper
 	mu   sync.Mutex
 	seen map[string]bool
+	// The collection path's last segment of the resource watched.
+	suffix string
 }
 
 func (c *contentTypes) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(req)
-	if err == nil && strings.HasSuffix(req.URL.Path, "/pods") {
+	if err == nil && strings.HasSuffix(req.URL.Path, c.suffix) {
 		c.mu.Lock()
 		c.seen[resp.Header.Get("Content-Type")] = true
 		c.mu.Unlock()
@@ -126,7 +131,11 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster to sync from")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up after this long")
 	asJSON := flag.Bool("json", false, "ask for JSON (rest.Config ContentType application/json) instead of client-go's default protobuf")
+	resource := flag.String("resource", "pods", "what to inform on: pods, or resourceslices (resource.k8s.io/v1)")
 	flag.Parse()
+	if *resource != "pods" && *resource != "resourceslices" {
+		fail("-resource: pods or resourceslices, not %q", *resource)
+	}
 	if *kubeconfig == "" {
 		fail("-kubeconfig is required")
 	}
@@ -137,7 +146,7 @@ func main() {
 	if *asJSON {
 		config.ContentType = "application/json"
 	}
-	seen := &contentTypes{seen: map[string]bool{}}
+	seen := &contentTypes{seen: map[string]bool{}, suffix: "/" + *resource}
 	config.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		seen.next = rt
 		return seen
@@ -151,7 +160,11 @@ func main() {
 
 	// One tiny request first, so the TLS setup and the connection are not
 	// counted as memory held by the cached pods (as the Python side does).
-	if _, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+	if *resource == "resourceslices" {
+		if _, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			fail("warm-up list: %v", err)
+		}
+	} else if _, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		fail("warm-up list: %v", err)
 	}
 	seen.reset() // the informer's requests only
@@ -160,11 +173,17 @@ func main() {
 
 	cpu0, t0 := cpuSeconds(), time.Now()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	informer := factory.Core().V1().Pods().Informer()
+	var informer cache.SharedIndexInformer
+	if *resource == "resourceslices" {
+		informer = factory.Resource().V1().ResourceSlices().Informer()
+	} else {
+		informer = factory.Core().V1().Pods().Informer()
+	}
 	var adds atomic.Int64
 	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if _, ok := obj.(*corev1.Pod); ok {
+			switch obj.(type) {
+			case *corev1.Pod, *resourcev1.ResourceSlice:
 				adds.Add(1)
 			}
 		},
