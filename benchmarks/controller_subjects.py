@@ -174,9 +174,10 @@ class ControllerProcess(ChildProcess):
     def retries(self) -> float | None:
         return self.sample("workqueue_retries_total", {"name": "gpuclaimctl"})
 
-    def syncs(self) -> dict[str, float]:
+    def syncs(self, what: str = "count") -> dict[str, float]:
+        """Syncs done so far by key kind, or with `what` "sum" the seconds they took."""
         out: dict[str, float] = {}
-        for s in self._samples("gpuclaimctl_sync_duration_seconds_count"):
+        for s in self._samples(f"gpuclaimctl_sync_duration_seconds_{what}"):
             kind = s.labels.get("kind", "")
             out[kind] = out.get(kind, 0.0) + s.value
         return out
