@@ -3,6 +3,7 @@
 
     python -m benchmarks.scale_bench [--sizes 100,1000,5000] [--gpus-per-node 72]
         [--running-per-node 10] [--new-pods 1000] [--idle 60] [--no-resync]
+        [--whole-pods] [--min-free-gib 3] [--keep]
 
 Per size: a plane of etcd, kube-apiserver and kwok, nothing else on the 2
 cores: no kube-scheduler (the controller's work ends at a pod's release),
@@ -14,7 +15,8 @@ the images list as a kubelet reports it; kwok keeps them Ready and renews
 their Leases every 10 s, as kubelets do); `--running-per-node` pods per
 node already running there (kwok runs them), each with its GPUClaim Bound
 as the controller leaves them (without the container fields the
-controller never reads, scale_objects.TRIMMED, unless --whole-pods); then:
+controller never reads, scale_objects.TRIMMED, unless --whole-pods; on the
+host network, so kwok's pod IPs do not run out); then:
 
 - cache: the controller's own informers and handlers (`app.build`) in a
   child process, started one kind at a time: RSS held per cached node,
@@ -79,12 +81,12 @@ from benchmarks.benchkit import (
     percentile,
     process_cpu,
     say,
+    Watch,
     wait_idle,
     wait_until,
 )
 from benchmarks.controller_bench import PodTimes, create_pods
 from benchmarks.controller_subjects import CONTROLLER_AGENT, DEFAULTS, ControllerProcess
-from benchmarks.benchkit import Watch
 from gpuclaimctl.client import kube
 from gpuclaimctl.cmd.startwait import RESTART_WAIT
 from gpuclaimctl.controlplane import KWOK, ControlPlane
