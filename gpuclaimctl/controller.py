@@ -407,7 +407,7 @@ class Controller:
 
     # -- taking over -------------------------------------------------------------------------
 
-    def catch_up(self) -> int:
+    def catch_up(self, writes_landed_by: float | None = None) -> int:
         """Count as in flight every claim the API server has Bound that the
         cache does not show Bound there yet; return how many.
 
@@ -417,7 +417,18 @@ class Controller:
         once synced and before the first decision, one consistent list of
         claims is compared with the cache; the entries end, as any other,
         when the informer shows the version listed (or a later one).
+
+        `writes_landed_by` (monotonic seconds) is when no write of an
+        earlier process could land any more (this one took the Lease, or
+        waited them out). If the claims' cache was filled by a consistent
+        read sent after that, it shows every such write already, and the
+        list (at 50,000 claims, minutes of a busy API server) is skipped.
         """
+        filled = self._factory.informer_for(GPU_CLAIMS).consistent_since
+        if writes_landed_by is not None and filled is not None and filled > writes_landed_by:
+            log.info("the claims' cache was read from the API server after every earlier "
+                     "leader's write had landed; no catch-up list needed")
+            return 0
         added = self.view.catch_up(self.ctx.writer.list_claims(), self.ctx.claims.get)
         if added:
             log.info("took over with %d bound claims the cache did not show yet; counted as in flight",

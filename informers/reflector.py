@@ -178,6 +178,7 @@ class Reflector:
         self._last_rv_unavailable = False
         self._paginated_result = False
         self._in_backoff = False
+        self._consistent_since: float | None = None
         self._use_watch_list = use_watch_list and supports_watch_list(lw)
         self.stats = ReflectorStats()
 
@@ -187,6 +188,20 @@ class Reflector:
     def last_sync_resource_version(self) -> str:
         """The resourceVersion of the last list, event or bookmark applied."""
         return self._last_sync_rv
+
+    @property
+    def consistent_since(self) -> float | None:
+        """When (the clock's monotonic seconds) the newest-state request that
+        last filled the store was sent: the store shows every write the
+        API server had committed by then (None: no such request yet).
+
+        A request for the newest state (resourceVersion "", a consistent
+        read) shows every write committed before it was sent; what comes
+        after it (watch events, relists from a version seen: no older than
+        it) only moves the store on. A list from the watch cache ("0") may
+        come from a server that lags, so it clears this.
+        """
+        return self._consistent_since
 
     @property
     def uses_watch_list(self) -> bool:
@@ -344,6 +359,7 @@ class Reflector:
         self.stats.watch_lists += 1
         self.stats.last_list_items = len(objects)
         self._store.replace(list(objects.values()))
+        self._note_consistency(rv, started)
         return _OpenWatch(stream, events, started, received)
 
     def _initial_events(
@@ -412,6 +428,7 @@ class Reflector:
 
     def _list_and_replace(self) -> None:
         rv = self._relist_resource_version()
+        sent = time.monotonic()
         try:
             items, list_rv, paginated = self._list_all(rv)
         except ApiStatusError as e:
@@ -420,6 +437,7 @@ class Reflector:
             log.info("%s: list at resourceVersion %r: %s; listing the newest state", self.name, rv, e)
             self._last_rv_unavailable = True
             rv = self._relist_resource_version()
+            sent = time.monotonic()
             items, list_rv, paginated = self._list_all(rv)
         if rv == "0" and paginated:
             # The server paginates even from its watch cache: keep asking
@@ -433,6 +451,16 @@ class Reflector:
         self.stats.lists += 1
         self.stats.last_list_items = len(items)
         self._store.replace(items)
+        self._note_consistency(rv, sent)
+
+    def _note_consistency(self, rv: str, sent: float) -> None:
+        """After the store was replaced from a request for ``rv`` sent at
+        ``sent`` (after, not before: a reader must not be told of a state
+        the store does not show yet): see consistent_since."""
+        if rv == "":
+            self._consistent_since = sent
+        elif rv == "0":
+            self._consistent_since = None
 
     def _list_all(self, rv: str) -> tuple[list[KubeObject], str, bool]:
         # client-go: pages for "0" and "", none for an exact relist version

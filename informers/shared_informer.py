@@ -167,6 +167,11 @@ class SharedInformer:
     def last_sync_resource_version(self) -> str:
         return self.reflector.last_sync_resource_version
 
+    @property
+    def consistent_since(self) -> float | None:
+        """See Reflector.consistent_since."""
+        return self.reflector.consistent_since
+
     def has_synced(self) -> bool:
         """The first list (or WatchList's initial events) reached the cache, every item of it applied."""
         return self._fifo.has_synced()

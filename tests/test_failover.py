@@ -458,7 +458,7 @@ def test_workers_still_busy_after_the_shutdown_timeout_keep_the_leader_from_retu
         def has_synced(self) -> bool:
             return True
 
-        def catch_up(self) -> int:
+        def catch_up(self, writes_landed_by: float | None = None) -> int:
             return 0
 
         def run(self, workers: int, stop: threading.Event) -> bool:

@@ -332,6 +332,50 @@ def test_a_released_lease_is_taken_at_once(h: Harness) -> None:
     assert (h.server.record.holder_identity, h.server.record.leader_transitions) == ("a", 6)
 
 
+def test_acquired_at_is_when_the_taking_write_returned_and_renewals_keep_it(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.acquired_at is None
+    assert a.try_acquire_or_renew(10)
+    taken = a.acquired_at
+    assert taken == h.clock.mono
+    h.clock.advance(2)
+    assert a.try_acquire_or_renew(10)  # the one-write renewal
+    assert h.server.record is not None
+    h.server._store(h.server.record)  # someone else wrote: a reread, still ours
+    h.clock.advance(2)
+    assert a.try_acquire_or_renew(10)
+    assert a.acquired_at == taken, "one term"
+
+
+def test_acquired_at_moves_on_when_the_lease_is_taken_again_after_another_holder(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.try_acquire_or_renew(10)
+    first = a.acquired_at
+    h.server.steal("thief")
+    assert not a.try_acquire_or_renew(10)
+    h.clock.advance(15)
+    assert a.try_acquire_or_renew(10)
+    assert first is not None and a.acquired_at == h.clock.mono > first, \
+        "the thief may have written meanwhile: a new term"
+
+
+def test_try_first_takes_a_free_lease_and_never_one_held_by_another(h: Harness) -> None:
+    a = h.elector("a")
+    assert a.try_first()
+    assert a.is_leader() and a.acquired_at is not None
+    b = h.elector("b")
+    assert not b.try_first(), "a holder seen for the first time is waited out, by run"
+    assert b.acquired_at is None
+
+
+def test_try_first_comes_before_run(h: Harness) -> None:
+    a = h.elector("a")
+    a.cancel()
+    assert a.run(lambda stop: None, lambda: None) is ElectionOutcome.CANCELLED
+    with pytest.raises(RuntimeError):
+        a.try_first()
+
+
 def test_racing_candidates_resolve_by_resource_version_never_by_force(h: Harness) -> None:
     h.server._store(LeaderElectionRecord("", 1, None, None, 0))
     a_lock, b_lock = FakeLock(h.server), FakeLock(h.server)

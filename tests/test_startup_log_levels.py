@@ -110,13 +110,13 @@ def test_a_failed_catch_up_list_is_logged_at_info_only_while_storage_initializes
     calls: list[int] = []
 
     class FailingOnce:
-        def catch_up(self) -> int:
+        def catch_up(self, writes_landed_by: float | None = None) -> int:
             calls.append(1)
             if len(calls) == 1:
                 raise answer
             return 0
 
     with caplog.at_level(logging.INFO, logger="gpuclaimctl"):
-        assert app._catch_up(FailingOnce(), stop)  # type: ignore[arg-type]
+        assert app._catch_up(FailingOnce(), stop, None)  # type: ignore[arg-type]
     (record,) = [r for r in caplog.records if "listing claims" in r.getMessage()]
     assert record.levelno == level

@@ -4,6 +4,7 @@ count as in flight before a new leader's first decision."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -61,3 +62,32 @@ def test_bound_claims_the_cache_does_not_show_count_as_in_flight_until_it_does(
     finally:
         controller.shutdown(1.0)  # its queue's delay thread (class keys were added)
         factory.shutdown()
+
+
+def test_a_cache_read_after_earlier_writes_landed_skips_the_catch_up_list(
+    control_plane: ControlPlane, crds: list[str], namespace: str,
+) -> None:
+    options = dataclasses.replace(TEST_OPTIONS, kubeconfig=str(control_plane.kubeconfig))
+    ctl_client = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    factory, controller = app.build(ctl_client, options, CollectorRegistry())
+    lists: list[int] = []
+    list_claims = controller.ctx.writer.list_claims
+
+    def counted() -> Any:
+        lists.append(1)
+        return list_claims()
+
+    controller.ctx.writer.list_claims = counted  # type: ignore[method-assign]
+    try:
+        landed = time.monotonic()  # as if the Lease were taken now, before the informers list
+        factory.start()
+        wait_for(controller.has_synced, timeout=30, message="the controller's caches to sync")
+        assert controller.catch_up(landed) == 0
+        assert lists == [], "the claims' cache was read consistently after: nothing to list"
+        controller.catch_up(time.monotonic())  # read before this moment: listed
+        controller.catch_up(None)  # not known: listed
+        assert lists == [1, 1]
+    finally:
+        controller.shutdown(1.0)
+        factory.shutdown()
+

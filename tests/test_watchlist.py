@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -127,6 +128,56 @@ def test_a_relist_asks_not_older_than_the_last_version_then_the_newest_when_that
         ("", True),
     ], "no backoff between the two, and no list"
     assert lw.list_calls == []
+
+
+def test_consistent_since_is_when_the_newest_state_was_asked_for_and_only_moves_on(
+    lw: FakeListerWatcher, run_reflector: Any, clock: FakeClock
+) -> None:
+    # Controller.catch_up trusts it: the store shows every write committed
+    # before this moment (a consistent read sent then), and later states only newer.
+    seed(lw, 2)
+    before = time.monotonic()
+    r = run_reflector(lw, Recorder())
+    wait_for(lambda: r.stats.watches == 1)
+    first = r.consistent_since
+    assert first is not None and before <= first <= time.monotonic()
+    lw.add(make_object("late"))
+    wait_for(lambda: r.last_sync_resource_version == str(lw.resource_version))
+    lw.expire_watches()  # a relist not older than the version seen
+    clock.wait_for_sleepers()
+    clock.step(1)
+    wait_for(lambda: r.stats.watch_lists == 2)
+    assert lw.watch_calls[-1].resource_version != ""
+    assert r.consistent_since == first, "a state no older than one seen says nothing newer"
+    lw.fail_next_watch(gone())
+    lw.expire_watches()
+    clock.wait_for_sleepers()
+    clock.step(2)  # the backoff doubled
+    wait_for(lambda: r.stats.watch_lists == 3)
+    assert lw.watch_calls[-1].resource_version == ""
+    later = r.consistent_since
+    assert later is not None and later > first, "the newest state, asked for again"
+
+
+def test_consistent_since_is_none_after_a_list_from_the_watch_cache(
+    lw: FakeListerWatcher, run_reflector: Any
+) -> None:
+    seed(lw, 2)
+    lw.fail_next_watch(status(422, "Invalid", "sendInitialEvents is forbidden for watch"))
+    r = run_reflector(lw, Recorder())
+    wait_for(lambda: r.stats.watches == 1)
+    assert [c.resource_version for c in lw.list_calls] == ["0"]
+    assert r.consistent_since is None, "resourceVersion 0: any state a server has, maybe a lagging one"
+
+
+def test_consistent_since_after_a_quorum_list(run_reflector: Any) -> None:
+    lw = FakeListerWatcher()
+    seed(lw, 2)
+    before = time.monotonic()
+    r = run_reflector(lw, Recorder(), initial_resource_version="", use_watch_list=False)
+    wait_for(lambda: r.stats.watches == 1)
+    since = r.consistent_since
+    assert since is not None and since >= before
 
 
 @pytest.mark.parametrize(

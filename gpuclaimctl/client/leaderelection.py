@@ -192,6 +192,8 @@ class LeaderElector:
         # Monotonic time at which our last successful write was sent: the
         # Lease cannot expire anywhere before this plus its duration.
         self._last_write = -math.inf
+        # Monotonic time at which the write that began our term returned.
+        self._acquired_at: float | None = None
         self._reported_leader = ""
         self._cancelled = False
         self._worker_failed = False
@@ -220,6 +222,17 @@ class LeaderElector:
         return cls(config, lock, clock=clock, rng=rng, metrics=metrics, fence=fence)
 
     # -- queries -------------------------------------------------------------
+
+    @property
+    def acquired_at(self) -> float | None:
+        """When (monotonic) the write that took the Lease for this process's
+        term returned; None before. Every earlier leader's writes had
+        landed by then: the fence ends them before their Lease can expire
+        (I3), and a released Lease was released only once its workers
+        stopped. A list sent after it shows them all (Controller.catch_up).
+        """
+        with self._cond:
+            return self._acquired_at
 
     def is_leader(self) -> bool:
         """Whether the last record we observed names us as the holder."""
@@ -336,6 +349,23 @@ class LeaderElector:
                 self._log.error("not releasing the Lease: workers may still be running")
         self._log.info("stopped leading", extra={"reason": outcome.value})
         return outcome
+
+    def try_first(self) -> bool:
+        """One attempt at the Lease before ``run``, made before the process
+        starts its informers; True if it took it.
+
+        If it did, the informers' first lists are sent after ``acquired_at``
+        and show every write an earlier leader made, so the first decision
+        needs no catch-up list. ``run`` goes on from the Lease held (its
+        first attempt renews it). The attempt is bounded by the retry
+        period, so a slow API server delays the informers by no more.
+        Only a free Lease (none, or released) is taken at first sight: one
+        held by another is waited out by ``run``, as always.
+        """
+        with self._cond:
+            if self._started:
+                raise RuntimeError("try_first comes before run")
+        return self.try_acquire_or_renew(self.config.retry_period)
 
     # -- the loops -------------------------------------------------------------
 
@@ -516,7 +546,7 @@ class LeaderElector:
             except Exception as e:
                 self._log.error("error creating lease", extra={"error": e})
                 return False
-            self._renewed(stored, start)
+            self._renewed(stored, start, acquired=True)
             return True
 
         # 3. A changed record restarts the expiry clock.
@@ -543,7 +573,7 @@ class LeaderElector:
         except Exception as e:
             self._log.error("failed to update lease", extra={"error": e})
             return False
-        self._renewed(stored, start)
+        self._renewed(stored, start, acquired=not held_by_us)
         return True
 
     def _remaining(self, deadline: float) -> float:
@@ -562,10 +592,14 @@ class LeaderElector:
             return False
         return self._observed_time + self._observed.lease_duration_seconds > now
 
-    def _renewed(self, record: LeaderElectionRecord, started: float) -> None:
-        """We hold the Lease by a write whose request started at ``started``."""
+    def _renewed(self, record: LeaderElectionRecord, started: float, *, acquired: bool = False) -> None:
+        """We hold the Lease by a write whose request started at ``started``;
+        ``acquired``: a write that took it from another holder or none."""
         self._set_observed(record, started)
         self.fence.extend(started, self.config.renew_deadline, self.config.lease_duration)
+        if acquired:
+            with self._cond:
+                self._acquired_at = self._clock.monotonic()
 
     def _set_observed(self, record: LeaderElectionRecord, at: float) -> None:
         """Record a successful write of ours, sent at ``at``."""

@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Callable, NoReturn
 
@@ -267,6 +268,10 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str,
     signal.signal(signal.SIGINT, on_signal)
 
     recorder.start()
+    if elector is not None:
+        # A free Lease taken before the informers list saves the catch-up
+        # list before the first decision (LeaderElector.try_first).
+        elector.try_first()
     factory.start()
     # PodGroups' informer starts once the API server serves them (if ever).
     controller.start_podgroup_discovery(stop)
@@ -280,7 +285,7 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str,
             # catch-up list, so that it shows every one that landed.
             if (not _wait_synced(controller, stop)
                     or not startwait.wait_out_earlier_writes(stop, options.kubeconfig)
-                    or not _catch_up(controller, stop)):
+                    or not _catch_up(controller, stop, time.monotonic())):
                 return 0 if stop.is_set() else 1
             # The one writer leads while its workers run: the gauge says so,
             # or GPUClaimCtlNoLeader would page for a single replica run
@@ -293,8 +298,11 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str,
             recorder.flush(event_flush_budget(fence))
             return 0
 
+        campaign = elector
+
         def lead(leading_stop: threading.Event) -> None:
-            lead_workers(controller, recorder, fence, options.workers, leading_stop)
+            lead_workers(controller, recorder, fence, options.workers, leading_stop,
+                         writes_landed_by=campaign.acquired_at)
 
         def stopped() -> None:
             log.info("stopped leading")
@@ -316,8 +324,10 @@ def _serve(options: Options, api_client: client.ApiClient, identity: str,
 
 
 def lead_workers(controller: Controller, recorder: EventRecorder, fence: WriteFence,
-                 workers: int, stop: threading.Event) -> None:
+                 workers: int, stop: threading.Event, writes_landed_by: float | None = None) -> None:
     """on_started_leading: run the workers until `stop`, then flush events.
+
+    `writes_landed_by`: when this process took the Lease (Controller.catch_up).
 
     Returns only once every worker has finished: the elector releases the
     Lease only if this returned in time, and a worker still in a sync after
@@ -334,7 +344,7 @@ def lead_workers(controller: Controller, recorder: EventRecorder, fence: WriteFe
         # Raising makes the elector close the fence and release the Lease,
         # and the process exits 1, as it does without leader election.
         raise RuntimeError(f"caches did not sync in {SYNC_TIMEOUT:.0f}s; giving the Lease up")
-    if not _catch_up(controller, stop):
+    if not _catch_up(controller, stop, writes_landed_by):
         return  # stopped
     if not controller.run(workers, stop):
         log.error("workers still busy after --shutdown-timeout; the Lease will not be "
@@ -400,11 +410,11 @@ def _when_ready(readyz: list[Check], on_ready: Callable[[], None], stop: threadi
         return
 
 
-def _catch_up(controller: Controller, stop: threading.Event) -> bool:
+def _catch_up(controller: Controller, stop: threading.Event, writes_landed_by: float | None) -> bool:
     """Controller.catch_up, retried each second until it works or `stop` is set."""
     while not stop.is_set():
         try:
-            controller.catch_up()
+            controller.catch_up(writes_landed_by)
             return True
         except Exception as e:  # the API server is away: nothing is decided meanwhile
             starting = isinstance(e, ApiStatusError) and storage_initializing(e)
