@@ -32,7 +32,7 @@ from kubernetes import client, config
 
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.discovery import served
-from gpuclaimctl.cmd import statusview
+from gpuclaimctl.cmd import snapshotfile, statusview, why
 from gpuclaimctl.controller import DRA_OPTIONAL, DRA_RESOURCES
 from gpuclaimctl.controlplane import APISERVER, CONTROLLER_MANAGER, KWOK, ControlPlane
 from gpuclaimctl.controlplane.identity import controller_identity
@@ -348,6 +348,13 @@ def test_a_direct_resource_claim_takes_devices_and_a_gated_pod_waits_for_capacit
     text = statusview.render(snap.nodes, snap.classes, snap.claims, snap.pods, datetime.now(timezone.utc),
                              dra=snap.dra)
     assert d.device_class in text.split(statusview.DRA_TITLE)[1].split("\n\n")[0]
+    # And so does `gpuclaimctl why`, saying the node serves the GPUs through DRA.
+    now = datetime.now(timezone.utc)
+    taken = snapshotfile.read_live(c.api, now, trimmed=False)
+    pod = kube.request_json(c.api, "GET", f"/api/v1/namespaces/{c.ns}/pods/train")
+    text = why.render_text(why.build(pod, taken.objects, now, dra=taken.dra))
+    assert (f"short by 1 {GPU}: the set needs 2, 1 free (served by DRA, DeviceClass {d.device_class})"
+            in next(line for line in text.splitlines() if line.startswith(f"{node} "))), text
     # Its claim deallocated (the pod and the claim gone), the set fits: it is woken and placed.
     c.core.delete_namespaced_pod("direct", c.ns)
     kube.request(c.api, "DELETE", f"{DRA}/namespaces/{c.ns}/resourceclaims/direct")
@@ -448,6 +455,9 @@ def test_a_plane_without_resource_k8s_io_places_pods_and_reads_no_dra(
         core.create_node(gpu_node_manifest("gpu-0", 8, labels=dict(c.label)))
         wait_for(lambda: node_is_ready(core, "gpu-0"), timeout=30, message="node gpu-0 Ready")
         cls = c.gpu_class("a100")
+        # `why` and `simulate` read the cluster as before: no DRA objects, nothing to warn about.
+        taken = snapshotfile.read_live(admin, datetime.now(timezone.utc))
+        assert taken.dra is None and taken.warnings == (), taken.warnings
         with caplog.at_level(logging.INFO):
             rc = RunningController(str(plane.kubeconfig)).start()
             c.pod("solo", [{"name": "gpu", "className": cls, "count": 8}], gpus=8)

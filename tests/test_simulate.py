@@ -10,6 +10,7 @@ it ran as), and `snapshot` then `simulate --snapshot` answer the same.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -23,6 +24,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuclaimctl.client import kube
+from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.cmd import cli, decisionview, simulate as sim, snapshotfile
 from gpuclaimctl.cmd.snapshotfile import SnapshotError, Taken
 from gpuclaimctl.controlplane import ControlPlane
@@ -692,3 +694,106 @@ def test_the_command_shows_the_preemption_unless_told_the_controller_runs_withou
     assert (copy["reason"], copy["preemption"]["node"]) == ("Preempting", "a1")
     copy = json.loads(CliRunner().invoke(cli.main, [*args, "--no-preemption"]).output)["workloads"][0]["copies"][0]
     assert copy["reason"] == "Capacity" and "--no-preemption" in copy["preemption"]["message"]
+
+
+# -- GPUs served by DRA (docs/dra.md) --------------------------------------------------------
+
+
+def _dra_taken(*claims: dict[str, Any]) -> Taken:
+    """a0 with 2 GPUs of its device plugin and dra-0 with none but 4
+    devices its ResourceSlice publishes (status fields the trim drops
+    included); `claims`: ResourceClaims."""
+    from gpuclaimctl.cmd.statusview import DraObjects
+    from tests.test_dra_state import device_class, gpu, node_obj, rslice
+
+    dra_node = node_obj("dra-0", p="a100")
+    slice_ = rslice("s0", "dra-0", [gpu(f"g{i}") for i in range(4)])
+    slice_["metadata"].update(uid="s0-uid", managedFields=[{"manager": "driver"}])
+    return Taken(objects(api_node("a0", 2), dra_node), NOW,
+                 dra=DraObjects(slices=[slice_], device_classes=[device_class()], claims=list(claims)))
+
+
+def _run(taken: Taken, replicas: int, source: str = "snapshot f") -> sim.Simulation:
+    manifests = read_manifests([deployment("train", inline(2), replicas=replicas)], "team", None)
+    return sim.run(manifests, taken, source, (), preemption=None)
+
+
+def test_simulate_places_copies_on_a_dra_node_up_to_its_devices() -> None:
+    result = _run(_dra_taken(), 4)
+    (_, outs), = result.results
+    assert sorted(placements(list(outs)), key=str) == ["Capacity", "a0", "dra-0", "dra-0"]
+    text = sim.render_text(result)
+    assert "(2 nodes, 1 served by DRA, 1 GPUClass, 0 GPUClaims)" in text.splitlines()[0]
+    assert json.loads(sim.render_json(result))["counts"]["draNodes"] == 1
+
+
+def test_simulate_counts_the_devices_resource_claims_hold_and_a_pod_with_its_claim_once() -> None:
+    from tests.test_dra_state import pod, rclaim
+
+    direct = rclaim("direct", [("dra-0", "g0")])
+    # A pod kube-scheduler placed there requesting 1, with the claim it made for it: 1, not 2.
+    plain, made = pod("plain", 1, "dra-0"), rclaim("made", [("dra-0", "g1")], pod="plain")
+    taken = _dra_taken(direct, made)
+    taken = dataclasses.replace(taken, objects=dataclasses.replace(taken.objects, pods=[plain]))
+    result = _run(taken, 3)
+    (_, outs), = result.results
+    assert placements(list(outs)) == ["a0", "dra-0", "Capacity"]
+    text = sim.render_text(result)
+    assert "short by 2 nvidia.com/gpu: the set needs 2, 0 free (served by DRA, DeviceClass gpu.example.com)" \
+        in text, text
+
+
+def test_a_snapshot_carries_the_dra_objects_and_answers_as_the_read_it_came_from() -> None:
+    from tests.test_dra_state import rclaim
+
+    raw = _dra_taken(rclaim("direct", [("dra-0", "g0"), ("dra-0", "g1")]), rclaim("pending", None))
+    assert raw.dra is not None
+    saved = Taken(snapshotfile.trim(raw.objects), NOW, dra=snapshotfile.trim_dra(raw.dra))
+    assert saved.dra is not None and [c["metadata"]["name"] for c in saved.dra.claims] == ["rc-direct"]
+    assert "managedFields" not in saved.dra.slices[0]["metadata"]
+    again = snapshotfile.loads(snapshotfile.dumps(saved))
+    assert again.dra == saved.dra and again.warnings == ()
+    assert placements(list(_run(again, 3).results[0][1])) == placements(list(_run(raw, 3).results[0][1])) == [
+        "a0", "dra-0", "Capacity"]
+
+
+def test_a_snapshot_from_before_dra_objects_were_saved_says_dra_nodes_show_no_gpus() -> None:
+    doc = snapshotfile.to_document(_dra_taken())
+    del doc["dra"]
+    old = snapshotfile.loads(json.dumps(doc))
+    assert old.dra is None and old.warnings == (snapshotfile.DRA_UNKNOWN,)
+    text = sim.render_text(_run(old, 1))
+    assert f"warning: {snapshotfile.DRA_UNKNOWN}" in text
+    doc["dra"] = None  # the API server did not serve resource.k8s.io/v1: nothing to say
+    assert snapshotfile.loads(json.dumps(doc)).warnings == ()
+
+
+@pytest.mark.parametrize("answer, warned", [
+    pytest.param(None, False, id="served"),
+    pytest.param(NotFound("the server could not find the requested resource"), False, id="not-served"),
+    pytest.param(ApiError(403, "Forbidden", "resourceslices is forbidden"), True, id="forbidden"),
+])
+def test_the_live_read_takes_dra_objects_where_served_and_works_as_before_where_not(
+        monkeypatch: pytest.MonkeyPatch, answer: Exception | None, warned: bool) -> None:
+    served = _dra_taken()
+    assert served.dra is not None
+    lists = {"/api/v1/nodes": served.objects.nodes, "/apis/gpuclaimctl.io/v1alpha1/gpuclasses": [CLASS],
+             "/apis/resource.k8s.io/v1/resourceslices": served.dra.slices,
+             "/apis/resource.k8s.io/v1/deviceclasses": served.dra.device_classes}
+    asked: list[str] = []
+
+    def list_all(api: Any, path: str, query: Any = (), **_: Any) -> list[Any]:
+        asked.append(path)
+        if answer is not None and path.startswith("/apis/resource.k8s.io/"):
+            raise answer
+        return list(lists.get(path, []))
+
+    monkeypatch.setattr(kube, "list_all", list_all)
+    taken = snapshotfile.read_live(object(), NOW)  # type: ignore[arg-type]
+    assert "/apis/resource.k8s.io/v1/resourceslices" in asked
+    assert (taken.dra is not None) == (answer is None)
+    assert [w for w in taken.warnings if snapshotfile.DRA_LISTS in w] == (
+        [f"{snapshotfile.DRA_LISTS} could not be listed (403 Forbidden); {snapshotfile.DRA_LEFT_OUT}"]
+        if warned else [])
+    (_, outs), = _run(taken, 2, sim.LIVE).results
+    assert placements(list(outs)) == (["a0", "dra-0"] if answer is None else ["a0", "Capacity"])

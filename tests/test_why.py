@@ -863,3 +863,91 @@ def test_why_is_told_whether_the_controller_preempts(monkeypatch: pytest.MonkeyP
     result = CliRunner().invoke(cli.main, ["why", "team/p", *flags])
     assert result.exit_code == 0, result.output
     assert seen[0][-1] is preemption
+
+
+# -- GPUs served by DRA (docs/dra.md) --------------------------------------------------------
+
+
+def _dra_cluster(*claims: dict[str, Any], selector: str | None = None) -> tuple[ClusterObjects, Any]:
+    """Node dp-0 with 2 GPUs of its device plugin and dra-0 with none but 4
+    devices its ResourceSlice publishes, mapped to nvidia.com/gpu by a
+    DeviceClass (`selector`: its CEL); `claims`: allocated ResourceClaims."""
+    from gpuclaimctl.cmd.statusview import DraObjects
+    from tests.test_dra_state import device_class, gpu, gpu_class, node_obj, rslice
+
+    objects = ClusterObjects(nodes=[node_obj("dp-0", 2), node_obj("dra-0")], classes=[gpu_class("a")])
+    return objects, DraObjects(slices=[rslice("s0", "dra-0", [gpu(f"g{i}") for i in range(4)])],
+                               device_classes=[device_class(selector=selector)], claims=list(claims))
+
+
+def _node_rows(text: str) -> dict[str, str]:
+    return {line.split()[0]: line for line in text.splitlines() if line.startswith(("dp-0 ", "dra-0 "))}
+
+
+def test_why_counts_a_dra_node_like_a_device_plugin_node_and_says_which_way_each_serves() -> None:
+    from tests.test_dra_state import DRIVER
+
+    objects, dra = _dra_cluster()
+    report = why.build(api_pod("train", [{"name": "gpu", "className": "a", "count": 3}]), objects, NOW, dra=dra)
+    assert report.outcome is not None and report.outcome.explanation is not None
+    decision = report.outcome.explanation.decision
+    assert isinstance(decision, Placed) and decision.node == "dra-0"
+    text = why.render_text(report)
+    rows = _node_rows(text)
+    assert rows["dra-0"].split()[:4] == ["dra-0", "fits", "(chosen)", "nvidia.com/gpu=4"]
+    assert f"DRA, DeviceClass {DRIVER}" in rows["dra-0"]
+    assert "device plugin" in rows["dp-0"] and "too small: the set needs 3 nvidia.com/gpu here, the node has 2" \
+        in rows["dp-0"]
+    assert "NODE   VERDICT        FREE              NEED              SERVED BY" in text
+    doc = json.loads(why.render_json(report))
+    assert {n["node"]: (n["free"], n["served"]) for n in doc["nodes"]} == {
+        "dra-0": ({GPU: 4}, {GPU: f"DRA, DeviceClass {DRIVER}"}), "dp-0": ({GPU: 2}, {GPU: "device plugin"})}
+    assert doc["draNotCounted"] == []
+
+
+def test_why_counts_the_devices_a_direct_resource_claim_holds_on_a_dra_node() -> None:
+    from tests.test_dra_state import DRIVER, rclaim
+
+    objects, dra = _dra_cluster(rclaim("direct", [("dra-0", "g0"), ("dra-0", "g1"), ("dra-0", "g2")]))
+    report = why.build(api_pod("train", [{"name": "gpu", "className": "a", "count": 3}]), objects, NOW, dra=dra)
+    text = why.render_text(report)
+    assert "Decided now: waits, Capacity" in text, text
+    assert (f"short by 2 nvidia.com/gpu: the set needs 3, 1 free (served by DRA, DeviceClass {DRIVER})"
+            in _node_rows(text)["dra-0"]), text
+
+
+def test_without_resource_k8s_io_why_sees_each_node_s_allocatable_alone_as_before() -> None:
+    objects, _ = _dra_cluster()
+    report = why.build(api_pod("train", [{"name": "gpu", "className": "a", "count": 2}]), objects, NOW, dra=None)
+    text = why.render_text(report)
+    assert "Decided now: placed on node dp-0" in text
+    assert "dra-0" not in text and decisionview.DRA_TITLE not in text
+    assert "device plugin" in _node_rows(text)["dp-0"]
+
+
+def test_a_device_class_selector_outside_the_cel_subset_is_refused_in_the_controller_s_words() -> None:
+    """The controller counts no device of the class (DraState, the same
+    decide.dra code): why shows that refusal, not a node with 0 GPUs."""
+    from gpuclaimctl.model.snapshot import NodeInfo
+    from gpuclaimctl.state.dra import DraState
+    from tests.test_dra_state import node_obj
+
+    objects, dra = _dra_cluster(selector='device.attributes["gpu.example.com"].productName.matches("A1.*")')
+    controller = DraState()
+    controller.set_resources([GPU])
+    controller.set_node(NodeInfo.from_api(node_obj("dra-0")))
+    controller.put_class(dra.device_classes[0])
+    controller.put_slice(dra.slices[0])
+    controller.enable()
+    (refusal,) = controller.offers()["dra-0"].offers[GPU].notes
+    assert "matches()" in refusal.message
+
+    report = why.build(api_pod("train", [{"name": "gpu", "className": "a", "count": 3}]), objects, NOW, dra=dra)
+    text = why.render_text(report)
+    assert "Decided now: waits, Unsatisfiable" in text, text
+    section = text.split(decisionview.DRA_TITLE)[1].split("\n\n")[0]
+    (row,) = [line for line in section.splitlines() if line.startswith("dra-0 ")]
+    assert row.split()[1:4] == [GPU, "gpu.example.com", "0"] and row.endswith(refusal.message), row
+    doc = json.loads(why.render_json(report))
+    assert doc["draNotCounted"] == [{"node": "dra-0", "resource": GPU, "deviceClass": "gpu.example.com",
+                                     "devices": 0, "notCounted": refusal.message}]

@@ -1,5 +1,8 @@
-"""How `why` and `simulate` show a decision: one line for it, a row per node;
-and the preemption the controller would make for it, a row per victim.
+"""How `why` and `simulate` show a decision: one line for it, a row per node
+(with which way it serves each resource: device plugin, or DRA through a
+DeviceClass); the preemption the controller would make for it, a row per
+victim; and the devices DRA offers that are not counted, a row per node and
+resource (statusview.dra_rows, as `status` shows them).
 
 Text goes through statusview's `table`, so it reads like `gpuclaimctl
 status`; JSON is plain dicts of the same facts. Pure: no client, no clock.
@@ -7,10 +10,11 @@ status`; JSON is plain dicts of the same facts. Pure: no client, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
-from gpuclaimctl.cmd.statusview import table
+from gpuclaimctl.cmd.statusview import DraRow, dra_rows, table
+from gpuclaimctl.decide.dra import NodeDra
 from gpuclaimctl.decide.explain import Explanation, NodeExplanation
 from gpuclaimctl.decide.placement import Decision, Placed
 from gpuclaimctl.decide.preempt import Preemption, Victim
@@ -64,18 +68,46 @@ def verdict_text(row: NodeExplanation) -> str:
     return "fits (chosen)" if row.chosen else str(row.verdict)
 
 
+def served_text(row: NodeExplanation) -> str:
+    """Which way the node serves the set's resources (explain.served_by):
+    `device plugin`, or `DRA, DeviceClass gpu.example.com`; per resource,
+    `RESOURCE: way` joined by `; `, where the set uses several; `-` for none."""
+    ways = sorted(row.served.items())
+    if len(ways) == 1:
+        return ways[0][1]
+    return "; ".join(f"{r}: {way}" for r, way in ways) or "-"
+
+
 def node_lines(explanation: Explanation) -> list[str]:
-    """One row per node: the verdict, GPUs free and needed, and every
-    problem the node has."""
+    """One row per node: the verdict, GPUs free and needed, which way it
+    serves them, and every problem the node has."""
     rows = []
     for r in explanation.nodes:
         why = "; ".join(p.message for p in r.problems)
         if r.holds:
             why = f"holds {', '.join(r.holds)}" + (f"; {why}" if why else "")
-        rows.append((r.node, verdict_text(r), gpus(r.free), gpus(r.need), why or "-"))
+        rows.append((r.node, verdict_text(r), gpus(r.free), gpus(r.need), served_text(r), why or "-"))
     if not rows:
         return ["no node offers the set's classes"]
-    return table(("NODE", "VERDICT", "FREE", "NEED", "WHY"), rows)
+    return table(("NODE", "VERDICT", "FREE", "NEED", "SERVED BY", "WHY"), rows)
+
+
+def not_counted(offers: Mapping[str, NodeDra], resources: Collection[str]) -> list[DraRow]:
+    """The rows of `status`'s DRA section (statusview.dra_rows) for
+    `resources` that say why devices were not counted: a pool refused, a
+    device tainted, a DeviceClass selector outside the supported CEL subset."""
+    return [r for r in dra_rows(offers) if r.resource in resources and r.not_counted != "-"]
+
+
+DRA_TITLE = "Devices DRA offers that are not counted (DEVICES: those counted; docs/dra.md):"
+
+
+def dra_lines(rows: Sequence[DraRow]) -> list[str]:
+    """The `not_counted` rows under their title; nothing when there are none."""
+    if not rows:
+        return []
+    return [DRA_TITLE, *table(("NODE", "RESOURCE", "DEVICECLASS", "DEVICES", "NOT COUNTED"),
+                              [(r.node, r.resource, r.device_class, r.devices, r.not_counted) for r in rows])]
 
 
 def claim_rows(states: Sequence[ClaimState | UnresolvedClaim], exists: Mapping[str, bool],
@@ -151,9 +183,14 @@ def decision_json(decision: Decision) -> dict[str, Any]:
 
 def nodes_json(explanation: Explanation) -> list[dict[str, Any]]:
     return [{"node": r.node, "verdict": str(r.verdict), "chosen": r.chosen, "free": dict(r.free),
-             "need": dict(r.need), "holds": list(r.holds),
+             "need": dict(r.need), "holds": list(r.holds), "served": dict(r.served),
              "problems": [{"verdict": str(p.verdict), "message": p.message} for p in r.problems]}
             for r in explanation.nodes]
+
+
+def dra_json(rows: Sequence[DraRow]) -> list[dict[str, Any]]:
+    return [{"node": r.node, "resource": r.resource, "deviceClass": r.device_class, "devices": r.devices,
+             "notCounted": r.not_counted} for r in rows]
 
 
 def claims_json(states: Sequence[ClaimState | UnresolvedClaim],

@@ -11,7 +11,10 @@ GPUClaims, GPUClaimTemplates and GPUBudgets in the file count as applied.
 
 It answers for GPUs and the pod's node rules, as gpuclaimctl decides them;
 kube-scheduler's other checks (CPU, memory, pod count, ports) come after a
-release and are not simulated.
+release and are not simulated. Nodes whose GPUs DRA serves (docs/dra.md)
+count as the controller counts them, from the ResourceSlices,
+DeviceClasses and ResourceClaims read with the rest (a snapshot file keeps
+them); what DRA offers and does not count is listed.
 
 A copy that would wait for room gets the preemption the controller would
 make for it (decide.whatif: which node, which pods of lower priority), and
@@ -46,7 +49,7 @@ from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
 from gpuclaimctl.cmd.snapshotfile import SnapshotError, Taken
-from gpuclaimctl.cmd.statusview import StatusError, table
+from gpuclaimctl.cmd.statusview import DraRow, StatusError, table
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, PreemptionRules, WhatIf, admitted, simulate
 from gpuclaimctl.model.api import Strategy
 from gpuclaimctl.model.snapshot import claim_holds_gpus, format_time
@@ -59,11 +62,12 @@ Obj = dict[str, Any]
 class Simulation:
     source: str  # "the live cluster" or "snapshot FILE"
     taken_at: datetime
-    counts: Mapping[str, int]  # nodes, classes, claims after the edits
+    counts: Mapping[str, int]  # nodes (draNodes: those DRA serves GPUs on), classes, claims after the edits
     edits: tuple[str, ...]
     results: tuple[tuple[Workload, tuple[Outcome, ...]], ...]
     skipped: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    dra: tuple[DraRow, ...] = ()  # devices DRA offers of the classes' resources that are not counted
 
     @property
     def placed(self) -> int:
@@ -108,7 +112,7 @@ def edit(taken: Taken, add: Sequence[Obj], without: Sequence[str],
         objects = snapshotfile.with_applied(objects, manifests.objects)
         for plural, objs in sorted(manifests.objects.items()):
             done += [f"applied {plural} {_ref(o)}" for o in objs]
-    return Taken(objects, taken.taken_at, taken.warnings), tuple(done)
+    return dataclasses.replace(taken, objects=objects), tuple(done)
 
 
 def _ref(obj: Mapping[str, Any]) -> str:
@@ -128,7 +132,8 @@ def run(manifests: Manifests, taken: Taken, source: str, edits: Sequence[str],
         unseen = preemption_unseen(taken.objects)
         if unseen:
             preemption = dataclasses.replace(preemption, off=unseen)
-    world = WhatIf(taken.objects, strategy, preemption)
+    served = snapshotfile.dra_served(taken.objects, taken.dra)
+    world = WhatIf(taken.objects, strategy, preemption, served)
     results = []
     warnings = list(taken.warnings)
     for workload in manifests.workloads:
@@ -139,9 +144,12 @@ def run(manifests: Manifests, taken: Taken, source: str, edits: Sequence[str],
             if problem and f"{workload.ref}: {problem}" not in warnings:
                 warnings.append(f"{workload.ref}: {problem}")
         results.append((workload, tuple(simulate(world, pods, now))))
-    counts = {"nodes": len(taken.objects.nodes), "classes": len(taken.objects.classes),
-              "claims": len(taken.objects.claims)}
-    return Simulation(source, now, counts, tuple(edits), tuple(results), manifests.skipped, tuple(warnings))
+    offers = served.offers if served is not None else {}
+    counts = {"nodes": len(taken.objects.nodes), "draNodes": sum(1 for nd in offers.values() if nd.offers),
+              "classes": len(taken.objects.classes), "claims": len(taken.objects.claims)}
+    resources = {c.resource_name for c in world.cluster.classes.values()}
+    return Simulation(source, now, counts, tuple(edits), tuple(results), manifests.skipped, tuple(warnings),
+                      tuple(decisionview.not_counted(offers, resources)))
 
 
 def preemption_unseen(objects: ClusterObjects) -> str:
@@ -184,7 +192,8 @@ def _name(o: Outcome) -> str:
 
 def render_text(sim: Simulation) -> str:
     c = sim.counts
-    lines = [f"Simulated on {sim.source} as of {format_time(sim.taken_at)} ({_count(c['nodes'], 'node')}, "
+    dra = f", {c['draNodes']} served by DRA" if c.get("draNodes") else ""
+    lines = [f"Simulated on {sim.source} as of {format_time(sim.taken_at)} ({_count(c['nodes'], 'node')}{dra}, "
              f"{_count(c['classes'], 'GPUClass')}, {_count(c['claims'], 'GPUClaim')}); nothing was written."]
     if sim.edits:
         lines.append("Edits: " + "; ".join(sim.edits) + ".")
@@ -205,6 +214,8 @@ def render_text(sim: Simulation) -> str:
         if first is not None and first.explanation is not None:
             lines += ["", f"Why {_name(first)} would wait, node by node (FREE: after the copies before it):",
                       *decisionview.node_lines(first.explanation)]
+    if sim.dra:
+        lines += ["", *decisionview.dra_lines(sim.dra)]
     lines += ["", f"{sim.placed} of {sim.total} {'copy' if sim.total == 1 else 'copies'} placed.",
               decisionview.NOT_SEEN_NOTE if sim.source == LIVE else SNAPSHOT_NOTE]
     if any(o.preemption is not None for _, outs in sim.results for o in outs):
@@ -247,6 +258,7 @@ def render_json(sim: Simulation) -> str:
                           "copies": rows})
     doc = {"source": sim.source, "takenAt": format_time(sim.taken_at), "counts": dict(sim.counts),
            "edits": list(sim.edits), "workloads": workloads, "placed": sim.placed, "total": sim.total,
+           "draNotCounted": decisionview.dra_json(sim.dra),
            "note": decisionview.NOT_SEEN_NOTE if sim.source == LIVE else SNAPSHOT_NOTE,
            "skipped": list(sim.skipped), "warnings": list(sim.warnings)}
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -2,18 +2,27 @@
 
 `read_live` lists what the decision looks at (nodes, GPUClasses, GPUClaims,
 GPUClaimTemplates, GPUBudgets, the pods that may hold GPUs, bound
-PersistentVolumeClaims and the PersistentVolumes with node affinity),
-through the statusview reader and `kube.list_all`: GETs only, nothing is
-ever written. Each object is trimmed to the fields placement reads, so a
-snapshot file is small, and a decision on a file saved by
-`gpuclaimctl snapshot` is the decision on the live read it came from.
+PersistentVolumeClaims and the PersistentVolumes with node affinity, and
+where the API server serves resource.k8s.io/v1 its ResourceSlices,
+DeviceClasses, ResourceClaims and DeviceTaintRules), through the
+statusview reader and `kube.list_all`: GETs only, nothing is ever written.
+Each object is trimmed to the fields placement reads, so a snapshot file is
+small, and a decision on a file saved by `gpuclaimctl snapshot` is the
+decision on the live read it came from. `dra_served` turns the DRA lists
+into what each node offers and what uses it, as `status` and the
+controller count them (docs/dra.md), once the snapshot's edits are made.
 
 A snapshot file is JSON (or YAML):
     {"kind": "GPUClaimCtlSnapshot", "version": 1, "takenAt": "...",
      "nodes": [...], "classes": [...], "claims": [...], "pods": [...],
      "budgets": [...], "templates": [...],
-     "persistentVolumeClaims": [...], "persistentVolumes": [...]}
-each list holding API objects as the API server serves them (trimmed).
+     "persistentVolumeClaims": [...], "persistentVolumes": [...],
+     "dra": {"resourceSlices": [...], "deviceClasses": [...],
+             "resourceClaims": [...], "deviceTaintRules": [...]}}
+each list holding API objects as the API server serves them (trimmed);
+`"dra": null` where the API server does not serve resource.k8s.io/v1. A
+file without the `dra` key (written before it existed) is read as one
+whose DRA objects are unknown, and said so (`DRA_UNKNOWN`).
 `--add-node NAME=RESOURCE:COUNT[,RESOURCE:COUNT][,label=value...]` and
 `--without-node NAME` edit one (`add_node`, `without_node`).
 """
@@ -36,11 +45,12 @@ from kubernetes import client
 from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.cmd import statusview
-from gpuclaimctl.cmd.statusview import StatusError
+from gpuclaimctl.cmd.statusview import DraObjects, StatusError
 from gpuclaimctl.decide.capacity import pod_usage
-from gpuclaimctl.decide.whatif import ClusterObjects
+from gpuclaimctl.decide.whatif import ClusterObjects, DraServed
 from gpuclaimctl.model.api import GROUP, TEMPLATE_PLURAL, VERSION
-from gpuclaimctl.model.snapshot import format_time, parse_time
+from gpuclaimctl.model.dra import EXTENDED_RESOURCE_CLAIM_ANNOTATION, ClaimInfo
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, format_time, parse_time
 
 Obj = dict[str, Any]
 KIND = "GPUClaimCtlSnapshot"
@@ -49,6 +59,9 @@ FORMAT_VERSION = 1
 _KEYS = {"nodes": "nodes", "classes": "classes", "claims": "claims", "pods": "pods",
          "budgets": "budgets", "templates": "templates", "pvcs": "persistentVolumeClaims",
          "pvs": "persistentVolumes"}
+# DraObjects field -> the key in the snapshot file's "dra"
+_DRA_KEYS = {"slices": "resourceSlices", "device_classes": "deviceClasses", "claims": "resourceClaims",
+             "taint_rules": "deviceTaintRules"}
 
 
 class SnapshotError(Exception):
@@ -61,6 +74,8 @@ class Taken:
     taken_at: datetime
     # What the read could not see, for a note (a list the user may not read).
     warnings: tuple[str, ...] = ()
+    # resource.k8s.io/v1's lists; None where it is not served (or not known).
+    dra: DraObjects | None = None
 
 
 # --- trimming: the fields placement reads ---------------------------------------------
@@ -103,6 +118,28 @@ def trim_pod(pod: Mapping[str, Any]) -> Obj:
             "status": _pick(pod.get("status"), "phase")}
 
 
+def trim_dra(dra: DraObjects) -> DraObjects:
+    """What decide.dra and decide.drausage read: each slice's, class's and
+    rule's spec (a class's creation time too: the newest maps its resource),
+    and of the ResourceClaims only the allocated ones, with their owner and
+    devices."""
+    def spec_object(obj: Mapping[str, Any], *meta: str) -> Obj:
+        return {"metadata": _pick(obj.get("metadata"), "name", *meta), "spec": dict(obj.get("spec") or {})}
+
+    def claim(c: Mapping[str, Any]) -> Obj:
+        meta = c.get("metadata") or {}
+        annotations = _pick(meta.get("annotations"), EXTENDED_RESOURCE_CLAIM_ANNOTATION)
+        return {"metadata": {**_pick(meta, "name", "namespace", "uid", "ownerReferences"),
+                             **({"annotations": annotations} if annotations else {})},
+                "status": _pick(c.get("status"), "allocation", "reservedFor")}
+
+    return DraObjects(
+        slices=[spec_object(s) for s in dra.slices],
+        device_classes=[spec_object(c, "creationTimestamp") for c in dra.device_classes],
+        claims=[claim(c) for c in dra.claims if (c.get("status") or {}).get("allocation")],
+        taint_rules=[spec_object(r) for r in dra.taint_rules])
+
+
 def holds_gpus(pod: Mapping[str, Any]) -> bool:
     """On a node, not finished, requesting an extended resource: what capacity counts."""
     return next(iter(pod_usage(pod)), None) is not None
@@ -133,13 +170,45 @@ def read_live(api: client.ApiClient, now: datetime, *, trimmed: bool = True) -> 
     shows the claims' conditions). Raises StatusError with one line."""
     snap = statusview.read(api)
     warnings: list[str] = []
+    dra = _dra_or_none(api, warnings)
     templates = snap.templates if snap.templates is not None else _list_or_none(
         api, f"/apis/{GROUP}/{VERSION}/{TEMPLATE_PLURAL}", "GPUClaimTemplates", warnings)
     pvcs = _list_or_none(api, "/api/v1/persistentvolumeclaims", "PersistentVolumeClaims", warnings)
     pvs = _list_or_none(api, "/api/v1/persistentvolumes", "PersistentVolumes", warnings)
     objects = ClusterObjects(nodes=snap.nodes, classes=snap.classes, claims=snap.claims, pods=snap.pods,
                              budgets=snap.budgets, templates=templates, pvcs=pvcs, pvs=pvs)
-    return Taken(trim(objects) if trimmed else objects, now, tuple(warnings))
+    if trimmed:
+        objects, dra = trim(objects), trim_dra(dra) if dra is not None else None
+    return Taken(objects, now, tuple(warnings), dra)
+
+
+def _dra_or_none(api: client.ApiClient, warnings: list[str]) -> DraObjects | None:
+    """resource.k8s.io/v1's lists (statusview.read_dra): None where it is
+    not served; refused (RBAC), left out and said so, as the other lists
+    the decision can do without."""
+    try:
+        return statusview.read_dra(api)
+    except ApiError as e:
+        warnings.append(f"{DRA_LISTS} could not be listed ({e.status} {e.reason}); {DRA_LEFT_OUT}")
+        return None
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise StatusError(f"cannot reach the API server at {api.configuration.host}: {e}") from None
+
+
+DRA_LISTS = "ResourceSlices, DeviceClasses or ResourceClaims (resource.k8s.io/v1)"
+DRA_LEFT_OUT = "GPUs served by DRA are left out: such nodes show none"
+DRA_UNKNOWN = (f"the snapshot has no {DRA_LISTS} (written by an older gpuclaimctl); {DRA_LEFT_OUT}")
+
+
+def dra_served(objects: ClusterObjects, dra: DraObjects | None) -> DraServed | None:
+    """What DRA serves on `objects`' nodes for their GPUClasses' resources,
+    counted as `status` counts it (statusview.dra_nodes, the controller's
+    rules); None without resource.k8s.io/v1's objects. Pure."""
+    if dra is None:
+        return None
+    offers = statusview.dra_nodes((NodeInfo.from_api(n) for n in objects.nodes),
+                                  (ClassInfo.from_api(c) for c in objects.classes), dra)
+    return DraServed(offers, [ClaimInfo.from_api(c) for c in dra.claims])
 
 
 def _list_or_none(api: client.ApiClient, path: str, what: str, warnings: list[str]) -> list[Obj]:
@@ -163,6 +232,8 @@ def to_document(taken: Taken) -> Obj:
     doc: Obj = {"kind": KIND, "version": FORMAT_VERSION, "takenAt": format_time(taken.taken_at)}
     for field, key in _KEYS.items():
         doc[key] = list(getattr(taken.objects, field))
+    doc["dra"] = None if taken.dra is None else {key: list(getattr(taken.dra, field))
+                                                 for field, key in _DRA_KEYS.items()}
     return doc
 
 
@@ -190,14 +261,22 @@ def loads(text: str, source: str = "the snapshot") -> Taken:
     taken_at = parse_time(doc.get("takenAt"))
     if taken_at is None:
         raise SnapshotError(f"{source} has no takenAt time")
-    lists: dict[str, list[Obj]] = {}
-    for field, key in _KEYS.items():
-        items = doc.get(key)
-        items = [] if items is None else items
-        if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-            raise SnapshotError(f"{source}: {key} must be a list of objects")
-        lists[field] = items
-    return Taken(ClusterObjects(**lists), taken_at)
+    lists = {field: _objects(doc, key, source, key) for field, key in _KEYS.items()}
+    if "dra" not in doc:
+        return Taken(ClusterObjects(**lists), taken_at, (DRA_UNKNOWN,))
+    dra = doc["dra"]
+    if dra is not None and not isinstance(dra, Mapping):
+        raise SnapshotError(f"{source}: dra must be an object or null")
+    return Taken(ClusterObjects(**lists), taken_at, (), None if dra is None else DraObjects(
+        **{field: _objects(dra, key, source, f"dra.{key}") for field, key in _DRA_KEYS.items()}))
+
+
+def _objects(doc: Mapping[str, Any], key: str, source: str, where: str) -> list[Obj]:
+    items = doc.get(key)
+    items = [] if items is None else items
+    if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+        raise SnapshotError(f"{source}: {where} must be a list of objects")
+    return items
 
 
 def _first_line(e: Exception) -> str:

@@ -36,7 +36,6 @@ the reading and printing. Nothing here writes to the API server.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.capacity import claim_usage
-from gpuclaimctl.decide.dra import NodeDra, SliceIndex, allocatable_with_dra, cluster_offers, map_resources
+from gpuclaimctl.decide.dra import NodeDra, SliceIndex, cluster_offers, map_resources, node_with_dra
 from gpuclaimctl.decide.drausage import device_owners, dra_usage, used_with_dra
 from gpuclaimctl.decide.podplan import Found, Lookup, Outdated, ToCreate
 from gpuclaimctl.client import kube
@@ -205,8 +204,7 @@ def gpu_rows(
     resource_of_class = {c.name: c.resource_name for c in class_infos}
     infos = [NodeInfo.from_api(n) for n in nodes]
     offers = dra_nodes(infos, class_infos, dra) if dra is not None else {}
-    infos = [dataclasses.replace(n, allocatable=allocatable_with_dra(n.allocatable, offers[n.name]))
-             if n.name in offers and offers[n.name].offers else n for n in infos]
+    infos = [node_with_dra(n, offers.get(n.name)) for n in infos]
     used = used_with_dra(claims, pods, resource_of_class, dra_usage(
         [ClaimInfo.from_api(c) for c in (dra.claims if dra is not None else ())],
         device_owners(offers.values())))

@@ -5,13 +5,16 @@ claims, the reason and message the controller last wrote on them (their
 Waiting condition), the decision made now by the controller's own code on
 a fresh read of the API (decide.whatif, decide.explain), the namespace's
 GPUBudgets, and one row per node offering the set's classes with its
-verdict and free GPUs; its priority, and for a set that waits for room
-the preemption the controller would make now (which node, which pods of
-lower priority) or why none, evicting nothing; what Preempting means when
-its claims say so. For a pod gpuclaimctl released: the node, when it was
-released (the time of the write that set `gpuclaimctl.io/node`, from the
-pod's managedFields), when kube-scheduler bound it, and the Placed event
-while the API server keeps it.
+verdict, free GPUs and which way it serves them (device plugin, or DRA
+through a DeviceClass: a node DRA serves counts as the controller counts
+it, docs/dra.md), and the devices DRA offers there that are not counted;
+its priority, and for a set that waits for room the preemption the
+controller would make now (which node, which pods of lower priority) or
+why none, evicting nothing; what Preempting means when its claims say so.
+For a pod gpuclaimctl released: the node, when it was released (the time
+of the write that set `gpuclaimctl.io/node`, from the pod's
+managedFields), when kube-scheduler bound it, and the Placed event while
+the API server keeps it.
 
 Reads only (GETs and lists through `kube`); nothing is written. `build`
 and the renderers are pure; `main` reads and prints.
@@ -33,7 +36,7 @@ from gpuclaimctl.client import kube
 from gpuclaimctl.client.errors import ApiError, NotFound
 from gpuclaimctl.client.events import COMPONENT
 from gpuclaimctl.cmd import decisionview, snapshotfile, statusview
-from gpuclaimctl.cmd.statusview import BudgetRow, StatusError, human_duration, table
+from gpuclaimctl.cmd.statusview import BudgetRow, DraObjects, DraRow, StatusError, human_duration, table
 from gpuclaimctl.decide import podplan
 from gpuclaimctl.decide.placement import Placed
 from gpuclaimctl.decide.whatif import ClusterObjects, Outcome, PreemptionRules, WhatIf
@@ -48,7 +51,7 @@ from gpuclaimctl.model.api import (
 )
 from gpuclaimctl.model.gangs import GangError, PodGroupLookup, PodGroupMissing, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, has_gate, pod_claims
-from gpuclaimctl.model.snapshot import UnresolvedClaim, format_time, parse_time, pod_priority
+from gpuclaimctl.model.snapshot import ClaimState, UnresolvedClaim, format_time, parse_time, pod_priority
 
 Obj = Mapping[str, Any]
 
@@ -111,6 +114,8 @@ class Report:
     # spec.priority, and spec.preemptionPolicy (None: not set).
     priority: int = 0
     preemption_policy: str | None = None
+    # WAITING: devices DRA offers of the set's resources that are not counted, and why.
+    dra: tuple[DraRow, ...] = ()
 
 
 # --- building the report (pure) ------------------------------------------------------
@@ -119,10 +124,12 @@ class Report:
 def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy = Strategy.BINPACK,
           events: Sequence[Obj] = (), warnings: Sequence[str] = (),
           podgroups: PodGroupLookup | None = None,
-          preemption: PreemptionRules | None = decisionview.PREEMPTION) -> Report:
+          preemption: PreemptionRules | None = decisionview.PREEMPTION,
+          dra: DraObjects | None = None) -> Report:
     """The report for `pod` on `objects` (read at `now`); `events` are the
     pod's own; `preemption`, the controller's rules (None: none looked
-    for). Pure."""
+    for); `dra`, resource.k8s.io/v1's lists read with them (None: not
+    served). Pure."""
     meta = pod.get("metadata") or {}
     ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     created = parse_time(meta.get("creationTimestamp"))
@@ -133,8 +140,12 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
     claims_by_name = {((c.get("metadata") or {}).get("namespace"), (c.get("metadata") or {}).get("name")): c
                       for c in objects.claims}
     if has_gate(pod):
-        world = WhatIf(objects, strategy, preemption)
+        served = snapshotfile.dra_served(objects, dra)
+        world = WhatIf(objects, strategy, preemption, served)
         outcome = _gang_outcome(world, pod, objects, now, podgroups) or world.explain(pod, now)
+        resources = {world.cluster.classes[c.class_name].resource_name for c in outcome.claims
+                     if isinstance(c, ClaimState) and c.class_name in world.cluster.classes}
+        uncounted = decisionview.not_counted(served.offers, resources) if served is not None else []
         waiting = [statusview.WaitingPod(ns, name, created, "", "")]
         budgets = tuple(statusview.budget_rows(
             [b for b in objects.budgets if (b.get("metadata") or {}).get("namespace") == ns],
@@ -144,7 +155,7 @@ def build(pod: Obj, objects: ClusterObjects, now: datetime, strategy: Strategy =
                                                        if isinstance(c, UnresolvedClaim)}
                                  | _shared(pod, objects.pods)),
                       warned=_last_warning(events), budgets=budgets,
-                      warnings=notes, priority=priority, preemption_policy=policy)
+                      warnings=notes, priority=priority, preemption_policy=policy, dra=tuple(uncounted))
     node = annotations.get(PLACED_NODE_ANNOTATION)
     if not node:
         detail = (f"it names GPU claims but carries no {SCHEDULING_GATE} scheduling gate, so gpuclaimctl "
@@ -348,7 +359,10 @@ def _waiting_text(head: str, r: Report) -> list[str]:
                          [(b.budget, b.class_name, "-" if b.limit is None else b.limit,
                            "-" if b.held is None else b.held) for b in r.budgets])]
     lines += ["", "Nodes (FREE: GPUs free now; NEED: GPUs the set needs there):",
-              *decisionview.node_lines(out.explanation), "", decisionview.NOT_SEEN_NOTE]
+              *decisionview.node_lines(out.explanation)]
+    if r.dra:
+        lines += ["", *decisionview.dra_lines(r.dra)]
+    lines += ["", decisionview.NOT_SEEN_NOTE]
     if out.preemption is not None:
         lines.append(decisionview.PREEMPTION_NOTE)
     return lines
@@ -474,6 +488,7 @@ def render_json(r: Report) -> str:
             doc["budgets"] = [{"budget": b.budget, "className": b.class_name, "limit": b.limit,
                                "held": b.held} for b in r.budgets]
             doc["nodes"] = decisionview.nodes_json(out.explanation)
+            doc["draNotCounted"] = decisionview.dra_json(r.dra)
             doc["gang"] = gang_note(out.pod, r.podgroups) or None
             doc["preemption"] = None if out.preemption is None else decisionview.preemption_json(out.preemption)
         doc["note"] = decisionview.NOT_SEEN_NOTE
@@ -529,7 +544,7 @@ def main(ns: str, name: str, kubeconfig: str | None, context: str | None, output
         click.echo(f"gpuclaimctl why: cannot reach the API server: {e}", err=True)
         return 1
     report = build(pod, taken.objects, now, strategy, events, taken.warnings, podgroups,
-                   decisionview.preemption_rules(preemption))
+                   decisionview.preemption_rules(preemption), taken.dra)
     click.echo(render_json(report) if output == "json" else render_text(report), nl=False)
     return 0
 

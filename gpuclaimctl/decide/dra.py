@@ -26,6 +26,7 @@ Pure: no client, no clock, no globals; nothing here runs per decision.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -443,3 +444,14 @@ def allocatable_with_dra(allocatable: Mapping[str, int], node_dra: NodeDra) -> d
     for resource, offer in node_dra.offers.items():
         out[resource] = offer.count
     return out
+
+
+def node_with_dra(node: NodeInfo, node_dra: NodeDra | None) -> NodeInfo:
+    """The node as placement sees it: its allocatable with each DRA-served
+    resource's device count (allocatable_with_dra), and which DeviceClass
+    serves each (`NodeInfo.dra`); the node itself where DRA serves nothing.
+    The controller's view (state.dra), `why`, `simulate` and `status` alike."""
+    if node_dra is None or not node_dra.offers:
+        return node
+    return dataclasses.replace(node, allocatable=allocatable_with_dra(node.allocatable, node_dra),
+                               dra={r: o.device_class for r, o in node_dra.offers.items()})

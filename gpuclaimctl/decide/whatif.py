@@ -11,6 +11,13 @@ yet is the claim the controller would create), the namespace's GPUBudgets
 and what its claims hold against them. `explain` then gives the decision
 and each node's verdict (decide.explain).
 
+GPUs served by DRA (docs/dra.md), given as `DraServed` (each node's
+offers and the allocated ResourceClaims, computed from resource.k8s.io/v1's
+lists by the caller): a node serving a resource through DRA has the
+devices it offers as its allocatable and names the DeviceClass
+(`NodeInfo.dra`), as the controller's snapshot has it, and the claims'
+devices are used as the controller counts them (`drausage.used_with_dra`).
+
 What it cannot know, and the commands say so: placements the running
 leader has decided but not yet written, and the nodes it skips in memory
 for a template set whose pod the scheduler refused (those also written on
@@ -48,6 +55,8 @@ from typing import Any
 
 from gpuclaimctl.decide import podplan, preempt, victims
 from gpuclaimctl.decide.capacity import combine, used_capacity
+from gpuclaimctl.decide.dra import NodeDra, node_with_dra
+from gpuclaimctl.decide.drausage import DraUsage, device_owners, dra_usage, used_with_dra
 from gpuclaimctl.decide.explain import Explanation, explain
 from gpuclaimctl.decide.gang import GangMember, GangPlaced, GangWaiting, decide_gang
 from gpuclaimctl.decide.placement import Decision, Placed, Waiting
@@ -56,6 +65,7 @@ from gpuclaimctl.decide.preempt import Preemption, Unit
 from gpuclaimctl.decide.victims import WAITS_FOR_ROOM, GangKeys
 from gpuclaimctl.model.api import SCHEDULING_GATE, Strategy, WaitReason
 from gpuclaimctl.model.budgets import BudgetInfo, BudgetUse, counts_against_budget
+from gpuclaimctl.model.dra import ClaimInfo
 from gpuclaimctl.model.gangs import Gang, GangError, pod_gang
 from gpuclaimctl.model.podclaims import PodClaimsError, pod_claims
 from gpuclaimctl.model.snapshot import (
@@ -84,6 +94,16 @@ class ClusterObjects:
     templates: Sequence[Obj] = ()  # GPUClaimTemplates
     pvcs: Sequence[Obj] = ()
     pvs: Sequence[Obj] = ()
+
+
+@dataclass(frozen=True)
+class DraServed:
+    """What DRA serves (docs/dra.md), from resource.k8s.io/v1's lists of one
+    moment, for the nodes and GPUClasses decided on: node -> its offers
+    (decide.dra.cluster_offers), and the allocated ResourceClaims."""
+
+    offers: Mapping[str, NodeDra] = field(default_factory=dict)
+    claims: Sequence[ClaimInfo] = ()
 
 
 @dataclass(frozen=True)
@@ -138,12 +158,16 @@ def _key(obj: Obj) -> tuple[str, str]:
 
 class WhatIf:
     def __init__(self, objects: ClusterObjects, strategy: Strategy = Strategy.BINPACK,
-                 preemption: PreemptionRules | None = None) -> None:
-        """`preemption`: the controller's rules; None looks for no preemption."""
+                 preemption: PreemptionRules | None = None, dra: DraServed | None = None) -> None:
+        """`preemption`: the controller's rules; None looks for no preemption.
+        `dra`: what DRA serves; None where resource.k8s.io/v1 is not served
+        (or not known: a node then has its allocatable alone)."""
         self.strategy = strategy
         self.preemption = preemption
         classes = [ClassInfo.from_api(c) for c in objects.classes]
-        self.cluster = Cluster((NodeInfo.from_api(n) for n in objects.nodes), classes)
+        offers = dra.offers if dra is not None else {}
+        self.cluster = Cluster((node_with_dra(info, offers.get(info.name))
+                               for info in map(NodeInfo.from_api, objects.nodes)), classes)
         self._resource_of_class = {c.name: c.resource_name for c in classes}
         self._claims = {_key(c): c for c in objects.claims}
         self._templates = {_key(t): t for t in objects.templates}
@@ -153,8 +177,9 @@ class WhatIf:
         for b in objects.budgets:
             info = BudgetInfo.from_api(b)
             self._budgets.setdefault(info.namespace, []).append(info)
-        self.used: dict[str, dict[str, int]] = used_capacity(
-            objects.claims, objects.pods, self._resource_of_class)
+        usage = dra_usage(dra.claims, device_owners(offers.values())) if dra is not None else DraUsage()
+        self.used: dict[str, dict[str, int]] = used_with_dra(
+            objects.claims, objects.pods, self._resource_of_class, usage)
         # namespace -> class -> GPUs its claims hold (what counts against budgets)
         self._held: dict[str, dict[str, int]] = {}
         for c in objects.claims:
@@ -328,6 +353,8 @@ class WhatIf:
         released["status"] = {"phase": "Pending"}
         self._pods.append(released)
         self._units = None
+        # A gated pod has no ResourceClaim kube-scheduler made for it, so
+        # used_capacity moves the count as used_with_dra would.
         _add(self.used, used_capacity(before, (), self._resource_of_class), -1)
         _add(self.used, used_capacity(after, (released,), self._resource_of_class), +1)
         for old in before:

@@ -31,7 +31,6 @@ Not thread-safe on its own: the view holds its lock around every call.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 from gpuclaimctl.decide.dra import (
     ClassMapping,
     NodeDra,
-    allocatable_with_dra,
+    node_with_dra,
     map_resources,
     node_offers,
     pools_on_node,
@@ -115,17 +114,13 @@ class DraState:
 
     def effective(self, name: str) -> NodeInfo | None:
         """The node as placement sees it: its allocatable with each
-        DRA-served resource's device count (allocatable_with_dra), and
+        DRA-served resource's device count (decide.dra.node_with_dra), and
         which DeviceClass serves each (`NodeInfo.dra`); the node itself
         when DRA serves nothing there."""
         raw = self._nodes.get(name)
         if raw is None:
             return None
-        nd = self._node_dra.get(name)
-        if nd is None or not nd.offers:
-            return raw
-        return dataclasses.replace(raw, allocatable=allocatable_with_dra(raw.allocatable, nd),
-                                   dra={r: o.device_class for r, o in nd.offers.items()})
+        return node_with_dra(raw, self._node_dra.get(name))
 
     def offers(self) -> dict[str, NodeDra]:
         """node -> its offers, for every node known (tests compare it with
