@@ -279,9 +279,12 @@ class AuditLog:
     else when its response is complete (the policy omits RequestReceived).
     """
 
-    def __init__(self, path: Path, agents: Iterable[str]) -> None:
+    def __init__(self, path: Path, agents: Iterable[str], ignore: Iterable[str] = ()) -> None:
+        """`ignore`: resources whose requests are not kept (a leader's Lease
+        renewals, which never pause, would keep `wait_quiet` waiting)."""
         self._path = path
         self._agents = tuple(agents)
+        self._ignore = frozenset(ignore)
         self._offset = 0
         self._rest = b""
         self._lock = threading.Lock()
@@ -316,6 +319,8 @@ class AuditLog:
                 or (stage in ("ResponseComplete", "Panic") and verb != "watch")):
             return None
         ref = e.get("objectRef") or {}
+        if ref.get("resource", "") in self._ignore:
+            return None
         resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         return Request(datetime.fromisoformat(e["requestReceivedTimestamp"]).timestamp(), agent,
                        verb, resource, ref.get("namespace", ""), ref.get("name", ""),

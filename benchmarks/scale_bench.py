@@ -21,10 +21,11 @@ host network, so kwok's pod IPs do not run out); then:
 - cache: the controller's own informers and handlers (`app.build`) in a
   child process, started one kind at a time: RSS held per cached node,
   claim and pod;
-- start: one gated pod waits; `gpuclaimctl run` with its shipped defaults,
-  under deploy/'s service account and roles (`controller_identity`), is
-  spawned: seconds to caches synced (/readyz) and to that pod's release
-  (without leader election the first decision waits out RESTART_WAIT);
+- start: one gated pod waits; `gpuclaimctl run` as deploy/deployment.yaml
+  runs it (under leader election, defaults otherwise), under deploy/'s
+  service account and roles (`controller_identity`), is spawned: seconds
+  to caches synced (/readyz) and to that pod's release (a free Lease is
+  taken before the informers list, so no catch-up list comes between);
 - burst: `--new-pods` gated pods of 1..8 GPUs (seeded) created at once:
   releases/s, p50/p99 creation->release, CPU per release of the controller
   and of each plane process (from the first create until the controller
@@ -58,6 +59,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,7 +90,6 @@ from benchmarks.benchkit import (
 from benchmarks.controller_bench import PodTimes, create_pods
 from benchmarks.controller_subjects import CONTROLLER_AGENT, DEFAULTS, ControllerProcess
 from gpuclaimctl.client import kube
-from gpuclaimctl.cmd.startwait import RESTART_WAIT
 from gpuclaimctl.controlplane import KWOK, ControlPlane
 from gpuclaimctl.controlplane.identity import controller_identity
 from gpuclaimctl.model.nodes import node_ready
@@ -334,7 +335,8 @@ def _run_on(args: argparse.Namespace, plane: ControlPlane, res: Size, workdir: P
     install_crds(admin)
     so.make_classes(admin)
     identity = controller_identity(plane, workdir / "controller.kubeconfig")
-    audit = AuditLog(plane.audit_log, (CONTROLLER_AGENT,))
+    # Its Lease renewals (every 2 s, as leader) are not among its requests.
+    audit = AuditLog(plane.audit_log, (CONTROLLER_AGENT,), ignore=("leases",))
     for ns in (*TEAMS, NEW):
         make_namespace(admin, ns)
     nodes = NodeEvents()
@@ -380,7 +382,7 @@ def _run_on(args: argparse.Namespace, plane: ControlPlane, res: Size, workdir: P
             canary, burst = new[0], new[1:]
             create_pods(admin, [canary], 1)
             say(f"{n} nodes: starting the controller")
-            controller = ControllerProcess("controller", str(identity.kubeconfig), workdir, [])
+            controller = ControllerProcess("controller", str(identity.kubeconfig), workdir, AS_DEPLOYED)
             subject["controller"] = 0
             controller = start_controller(args, controller, res, times, canary, pids, audit, admin)
             subject["controller"] = controller.pid
@@ -459,15 +461,80 @@ def start_controller(args: argparse.Namespace, c: ControllerProcess, res: Size, 
     c.spawn()
     t0 = time.monotonic()
     span = Span({**pids, "controller": c.pid})
-    res.synced = wait_ready(args, c) - t0
-    res.rss_synced = memory(c.pid)[0]
-    if not times.wait(lambda: name in times.released, args.start_timeout, c.alive):
-        raise RuntimeError(f"the waiting pod was not released within {args.start_timeout:.0f}s")
+    with Profile(args.profile, c.pid, f"{res.nodes}-start"):
+        res.synced = wait_ready(args, c) - t0
+        res.rss_synced = memory(c.pid)[0]
+        if not times.wait(lambda: name in times.released, args.start_timeout, c.alive):
+            raise RuntimeError(f"the waiting pod was not released within {args.start_timeout:.0f}s")
     res.first_release = times.released[name] - t0
     settle(c, audit)
     res.start = span.end()
     res.start_requests = by_verb(audit.between(CONTROLLER_AGENT, t0_wall, time.time()))
     return c
+
+
+# The controller as the Deployment runs it (deploy/deployment.yaml): under
+# leader election, on the Lease deploy/'s Role lets it write.
+AS_DEPLOYED = ["--leader-elect"]
+
+
+class Profile:
+    """py-spy record of one process over a `with` block, if asked for
+    (`directory`); samples at 100 Hz without pausing it (--nonblocking),
+    and writes the collapsed stacks and their heaviest frames."""
+
+    def __init__(self, directory: Path | None, pid: int, name: str) -> None:
+        self.directory, self.pid, self.name = directory, pid, name
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Profile:
+        if self.directory is None:
+            return self
+        spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+        if spy is None:
+            raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [spy, "record", "--pid", str(self.pid), "--rate", "100", "--nonblocking", "--format", "raw",
+             "--output", str(self.directory / f"{self.name}.txt")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(self.directory / f"{self.name}.log", "wb"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        assert self.directory is not None
+        stacks = self.directory / f"{self.name}.txt"
+        if stacks.exists():
+            (self.directory / f"{self.name}.top").write_text(heaviest(stacks.read_text()))
+
+
+def heaviest(collapsed: str, top: int = 40) -> str:
+    """The frames of collapsed stacks with the most samples, inclusive and self."""
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        for frame in set(frames):
+            inclusive[frame] += n
+        own[frames[-1]] += n
+    out = [f"{total} samples"]
+    for title, counter in (("inclusive", inclusive), ("self", own)):
+        out.append(f"-- {title}")
+        out += [f"{100 * n / max(total, 1):5.1f}% {frame}" for frame, n in counter.most_common(top)]
+    return "\n".join(out) + "\n"
 
 
 def settle(c: ControllerProcess, audit: AuditLog, timeout: float = 300.0) -> bool:
@@ -501,8 +568,9 @@ def run_burst(args: argparse.Namespace, c: ControllerProcess, res: Size, times: 
     span = Span({**pids, "controller": c.pid})
     syncs0, seconds0 = c.syncs(), c.syncs("sum")
     t0 = time.monotonic()
-    returned = create_pods(admin, burst, CREATORS)
-    done = times.wait(lambda: all(p in times.released for p in names), args.timeout, c.alive)
+    with Profile(args.profile, c.pid, f"{res.nodes}-burst"):
+        returned = create_pods(admin, burst, CREATORS)
+        done = times.wait(lambda: all(p in times.released for p in names), args.timeout, c.alive)
     released = {p: times.released[p] for p in names if p in times.released}
     if not done:
         res.notes.append(f"{len(released)}/{len(names)} released within {args.timeout:.0f}s")
@@ -545,7 +613,7 @@ def run_resync(args: argparse.Namespace, kubeconfig: str, workdir: Path, res: Si
     period = math.ceil(1.5 * res.start.wall + 30)
     res.resync_period = period
     say(f"{res.nodes} nodes: a controller with --resync-period {period}s")
-    c = ControllerProcess("resync", kubeconfig, workdir, ["--resync-period", f"{period}s"])
+    c = ControllerProcess("resync", kubeconfig, workdir, [*AS_DEPLOYED, "--resync-period", f"{period}s"])
     c.spawn()
     t0 = time.monotonic()
     try:
@@ -559,9 +627,7 @@ def run_resync(args: argparse.Namespace, kubeconfig: str, workdir: Path, res: Si
 def _resync_window(c: ControllerProcess, res: Size, pids: dict[str, int], audit: AuditLog,
                    t0: float, period: float) -> None:
     assert res.idle is not None
-    # Past its first decision's wait, its catch-up list and the first sync
-    # of every claim (claim_added), and quiet.
-    time.sleep(max(0.0, t0 + RESTART_WAIT + 1 - time.monotonic()))
+    # Past the first sync of every claim (claim_added), and quiet.
     wait_until(lambda: controller_numbers(c)[1].get("claim", 0.0) >= res.running, 120, 1.0)
     settle(c, audit)
     if time.monotonic() > t0 + period - 5:
@@ -685,8 +751,7 @@ def report_size(args: argparse.Namespace, r: Size) -> None:
               + "; ".join(parts) + f"; the process before them {_mib(c['process'])} MiB")
     if r.start is not None:
         print(f"start: caches synced {r.synced:.1f}s after spawn, the waiting pod released after "
-              f"{r.first_release:.1f}s (its first decision waits out {RESTART_WAIT:g}s without leader "
-              f"election); until idle: {_procs(r.start)} of a core over {r.start.wall:.0f}s, "
+              f"{r.first_release:.1f}s; until idle: {_procs(r.start)} of a core over {r.start.wall:.0f}s, "
               f"CPU s: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.start.cpu.items())))
         print(f"  controller requests: {_verbs(r.start_requests)}")
         print(f"  controller RSS: {_mib(r.rss_synced)} MiB at sync, {_mib(r.rss_after)} MiB after the "
@@ -795,6 +860,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="stop a size when the machine has less memory available than this")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the logs (controller and plane)")
+    parser.add_argument("--profile", metavar="DIR", type=Path,
+                        help="py-spy the controller from its spawn to its first release, and through "
+                             "the burst: DIR/<nodes>-start.txt, DIR/<nodes>-burst.txt (collapsed stacks, "
+                             "the heaviest first in DIR/<nodes>-<phase>.top)")
     parser.add_argument("--measure-cache", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
