@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
-from gpuclaimctl.sync.classes import class_figures
+from gpuclaimctl.sync.classes import bound_gpus, class_figures
 from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
+from gpuclaimctl.state.view import ClusterView
 
 GPU = "nvidia.com/gpu"
 
@@ -31,11 +33,11 @@ def test_ready_nodes_offering_the_class_and_bound_claims_are_counted() -> None:
     # A cordoned node still offers the class (its GPUs may be bound there).
     # A Lost claim a pod still reserves holds its GPUs, as placement counts
     # them (model.snapshot.holds_gpus); one nobody reserves does not.
-    assert class_figures(cls, nodes, claims) == {"nodes": 2, "allocatable": 12, "bound": 8}
+    assert class_figures(cls, nodes, bound_gpus(claims)) == {"nodes": 2, "allocatable": 12, "bound": 8}
 
 
 def test_a_class_nobody_offers_has_zero_figures() -> None:
-    assert class_figures(ClassInfo("h100", GPU), [], []) == {"nodes": 0, "allocatable": 0, "bound": 0}
+    assert class_figures(ClassInfo("h100", GPU), [], 0) == {"nodes": 0, "allocatable": 0, "bound": 0}
 
 
 def test_figures_stay_within_the_int64_of_the_status_schema() -> None:
@@ -43,5 +45,19 @@ def test_figures_stay_within_the_int64_of_the_status_schema() -> None:
     # (422) on every write, so the class's key was retried for ever.
     huge = 2**63 - 1
     nodes = [NodeInfo(n, allocatable={GPU: huge}) for n in ("a", "b")]
-    figures = class_figures(ClassInfo("a100", GPU), nodes, [claim(2**31 - 1)] * 5)
+    figures = class_figures(ClassInfo("a100", GPU), nodes, bound_gpus([claim(2**31 - 1)] * 5))
     assert figures == {"nodes": 2, "allocatable": huge, "bound": 5 * (2**31 - 1)}
+
+
+def test_the_view_keeps_each_class_s_bound_gpus_as_bound_gpus_counts_them() -> None:
+    view = ClusterView(lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
+    claims = [claim(2), claim(1), claim(4, "Pending"), claim(3, "Lost"), claim(5, "Lost", reserved=True)]
+    for i, c in enumerate(claims):
+        c["metadata"] = {"name": f"c{i}", "namespace": f"ns{i % 2}", "uid": f"u{i}", "resourceVersion": "1"}
+        view.apply_claim(None, c)
+    assert view.bound_in_class("a100") == bound_gpus(claims) == 8
+    freed = {**claims[0], "status": {"phase": "Pending"}}
+    view.apply_claim(claims[0], freed)
+    view.delete_claim(claims[4])
+    assert view.bound_in_class("a100") == bound_gpus([freed, *claims[1:4]]) == 1
+    assert view.bound_in_class("h100") == 0

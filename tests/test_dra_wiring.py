@@ -209,5 +209,5 @@ def test_the_class_figures_and_metrics_count_a_dra_nodes_devices() -> None:
     view = view_with(node_obj("dp-0", 4), node_obj("dra-0"))
     view.apply_device_class(device_class())
     view.apply_resource_slice(rslice("s0", "dra-0", [gpu("g0"), gpu("g1")]))
-    figures = class_figures(ClassInfo("a", GPU), view.cluster().nodes.values(), [])
+    figures = class_figures(ClassInfo("a", GPU), view.cluster().nodes.values(), 0)
     assert figures == {"nodes": 2, "allocatable": 6, "bound": 0}

@@ -163,6 +163,14 @@ class ClusterView:
                     into[e.class_name] = into.get(e.class_name, 0) + e.count
             return BudgetUse(bound, placing)
 
+    def bound_in_class(self, class_name: str) -> int:
+        """GPUs the claims of `class_name` hold as the informer shows them,
+        every namespace (`status.bound`): kept as claims change, where a sum
+        afresh cost a pass over every claim of the class per class sync (at
+        25,000 claims a class, most of what a release cost the controller)."""
+        with self.lock:
+            return self._budget_holds.by_class.get(class_name, 0)
+
     # -- pods -------------------------------------------------------------------------------
 
     def apply_pod(self, old: Obj | None, new: Obj) -> Change:
@@ -527,6 +535,7 @@ class _BudgetHolds:
     def __init__(self) -> None:
         self._by_uid: dict[str, tuple[str, str, int]] = {}  # claim uid -> namespace, class, GPUs
         self.sums: dict[str, dict[str, int]] = {}            # namespace -> class -> GPUs
+        self.by_class: dict[str, int] = {}                   # class -> GPUs, every namespace
 
     def holds(self, uid: str) -> bool:
         return uid in self._by_uid
@@ -536,12 +545,16 @@ class _BudgetHolds:
         self._by_uid[uid] = (namespace, class_name, count)
         per_class = self.sums.setdefault(namespace, {})
         per_class[class_name] = per_class.get(class_name, 0) + count
+        self.by_class[class_name] = self.by_class.get(class_name, 0) + count
 
     def drop(self, uid: str) -> None:
         held = self._by_uid.pop(uid, None)
         if held is None:
             return
         namespace, class_name, count = held
+        self.by_class[class_name] -= count
+        if not self.by_class[class_name]:
+            del self.by_class[class_name]
         per_class = self.sums[namespace]
         per_class[class_name] -= count
         if not per_class[class_name]:

@@ -15,23 +15,23 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuclaimctl.model.resources import QUANTITY_MAX
-from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo, claim_holds_gpus
-from gpuclaimctl.state import indexes
+from gpuclaimctl.decide.capacity import claim_usage
+from gpuclaimctl.model.snapshot import ClassInfo, NodeInfo
 from gpuclaimctl.sync.context import SyncContext
 
 log = logging.getLogger("gpuclaimctl.sync.classes")
 Obj = dict[str, Any]
 
 
-def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo],
-                  claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """{nodes, allocatable, bound} for `cls`; `claims` are the class's claims."""
+def bound_gpus(claims: Iterable[Mapping[str, Any]]) -> int:
+    """The GPUs `claims` hold (decide.capacity.claim_usage's rule): what the
+    view keeps per class as claims change (ClusterView.bound_in_class)."""
+    return sum(held[2] for c in claims if (held := claim_usage(c, {})) is not None)
+
+
+def class_figures(cls: ClassInfo, nodes: Iterable[NodeInfo], bound: int) -> dict[str, int]:
+    """{nodes, allocatable, bound} for `cls`; `bound`: the GPUs its claims hold."""
     offering, allocatable = cls.allocatable(nodes)
-    bound = 0
-    for c in claims:
-        count = (c.get("spec") or {}).get("count")
-        if claim_holds_gpus(c) and isinstance(count, int):
-            bound += count
     # The CRD's status fields are int64: a sum past it (two nodes reporting
     # "9223372036854775807", say) is refused with 422 on every retry, for ever.
     return {"nodes": offering, "allocatable": min(allocatable, QUANTITY_MAX), "bound": min(bound, QUANTITY_MAX)}
@@ -43,7 +43,7 @@ def sync_class(ctx: SyncContext, name: str) -> None:
         return
     cls = ClassInfo.from_api(obj)
     nodes = list(ctx.view.cluster().nodes.values())
-    figures = class_figures(cls, nodes, ctx.claims.by_index(indexes.CLAIMS_BY_CLASS, name))
+    figures = class_figures(cls, nodes, ctx.view.bound_in_class(name))
     status = obj.get("status") or {}
     if all(status.get(k) == v for k, v in figures.items()):
         return
