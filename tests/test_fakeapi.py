@@ -98,7 +98,7 @@ SAMPLE_ARGS: dict[str, tuple[Any, ...]] = {
     "update_claim_status": (SAMPLE_CLAIM,),
     "update_class_status": ({"metadata": {"name": "a100", "resourceVersion": "1"}},),
     "update_budget_status": ({"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "1"}},),
-    "delete_claim": ("ns", "c", "u"), "list_claims": (), "get_pod": ("ns", "p"), "get_claim": ("ns", "c"),
+    "delete_claim": ("ns", "c", "u"), "list_claims": (), "get_pod": ("ns", "p"), "get_node": ("n",), "get_claim": ("ns", "c"),
     "patch_pod": ("ns", "p", []), "delete_pod": ("ns", "p", "u", "1"),
     "event": (SAMPLE_POD, "Warning", "Capacity", "no node has 2 free GPUs"),
     "evict_pod": ("ns", "p", "u"), "list_disruption_budgets": ("ns",),

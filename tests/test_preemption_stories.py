@@ -10,8 +10,8 @@ from typing import Any
 
 from gpuclaimctl.controller import key_order
 from gpuclaimctl.model import api
-from tests.sim.fakeapi import CLAIMS, PODS
-from tests.sim.harness import NS
+from tests.sim.fakeapi import CLAIMS, NODES, PODS
+from tests.sim.harness import NS, RESOURCE
 from tests.test_sync_scenarios import Story
 
 Obj = dict[str, Any]
@@ -240,6 +240,44 @@ def test_a_finished_pod_s_gpus_not_let_go_yet_are_waited_for_at_no_cost() -> Non
     s.see_all()
     s.sync("pod:team/urgent")
     assert s.fake.evicted == [] and s.waiting_reason("urgent-g") == "Preempting"
+
+
+def test_nothing_is_evicted_on_a_node_the_server_shows_without_the_gpus_the_cache_counts() -> None:
+    """The node cache lags: on the server n1 was cordoned and lost its GPUs
+    (its device plugin went), the cache still shows 4 there. The plan to
+    evict n1's notebooks is checked against the node read live: nothing is
+    evicted, and once the cache shows it, the urgent set preempts on n0
+    (simulation seed 5098: a standby whose node cache lagged)."""
+    s = full_cluster()
+
+    def gone(node: Obj) -> None:
+        node["spec"] = {"unschedulable": True}
+        node["status"]["allocatable"][RESOURCE] = "0"
+    s.fake.patch(NODES, "", "n1", gone)
+    s.pod("urgent", [{"name": "g", "className": "alpha", "count": 4}], priority=1000)
+    s.ctl.informers[PODS].deliver(10_000)
+    s.sync("pod:team/urgent")
+    assert s.fake.evicted == [] and s.gated("urgent")
+    assert s.ctl.view.nominations == {}
+    assert "pod:team/urgent" in {**s.ctl.queue.ready, **s.ctl.queue.delayed}  # decides again in a moment
+    s.see_all()
+    s.sync("pod:team/urgent")
+    assert [n for n in ("nb0", "nb1", "nb2", "nb3") if s.deleting(n)] == ["nb0", "nb1"]
+
+
+def test_a_victim_the_server_shows_finished_is_not_evicted() -> None:
+    """nb3 finished on the server; the pod cache still shows it running.
+    Its GPUs come free without an eviction: nothing is evicted on a count
+    the server no longer holds."""
+    s = full_cluster()
+    s.pod("urgent", [{"name": "g", "className": "alpha", "count": 4}], priority=1000)
+    s.see_all()
+    s.fake.set_pod_phase(NS, "nb3", "Succeeded")
+    s.sync("pod:team/urgent")
+    assert s.fake.evicted == [] and s.gated("urgent")
+    s.see_all()
+    s.sync("pod:team/urgent")
+    assert not s.deleting("nb3")
 
 
 def test_the_preemptor_is_told_once_by_a_normal_event_not_a_warning_too() -> None:

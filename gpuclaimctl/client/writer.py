@@ -142,6 +142,14 @@ class Writer:
         except NotFound:
             return None
 
+    def get_node(self, name: str) -> Obj | None:
+        """A live read, for confirming the node a preemption is planned on
+        before anything is evicted (sync.preemption)."""
+        try:
+            return self._read(f"/api/v1/nodes/{name}")
+        except NotFound:
+            return None
+
     def get_claim(self, namespace: str, name: str) -> Obj | None:
         """A live read, for settling a bind whose answer was lost (fenced,
         as the bind it settles)."""

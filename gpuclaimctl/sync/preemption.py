@@ -35,7 +35,7 @@ from gpuclaimctl.model import keys
 from gpuclaimctl.state import indexes
 from gpuclaimctl.model.api import WaitReason
 from gpuclaimctl.model.nodeaffinity import selector_matches
-from gpuclaimctl.model.snapshot import format_time
+from gpuclaimctl.model.snapshot import NodeInfo, format_time
 from gpuclaimctl.state.view import Change, Decider, Nomination
 from gpuclaimctl.sync.context import POD, SyncContext
 
@@ -53,6 +53,8 @@ RENEW_EVERY = 10.0
 # A victim still terminating this long past its deletionTimestamp is
 # stuck: it frees nothing one can count on, and is not waited for.
 STUCK_AFTER = 60.0
+# A pod in these phases frees its GPUs without an eviction.
+FINISHED = ("Succeeded", "Failed")
 
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTED_REASON = "PreemptionByGPUClaimController"
@@ -82,7 +84,7 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
           plan: Preemption) -> bool:
     """Evict the plan's victims; False if the node was given up."""
     pkey = keys.key_of(preemptor)
-    stale = _not_as_counted(ctx, plan.victims)
+    stale = _not_as_counted(ctx, plan)
     if stale is not None:
         # The caches lag behind the server (a standby just taking over, a
         # claim let go a moment ago): evict nothing on a count the server no
@@ -123,15 +125,25 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
     return True
 
 
-def _not_as_counted(ctx: SyncContext, victims: Sequence[Victim]) -> str | None:
-    """Why the server does not show a victim as the plan counted it (the
-    pod gone, replaced or terminating; its claims on its node holding fewer
-    GPUs than it was to free), by live reads, or None. Preemption is rare:
-    a read per victim and claim is cheap beside evicting on a stale cache."""
-    for v in victims:
+def _not_as_counted(ctx: SyncContext, plan: Preemption) -> str | None:
+    """Why the server does not show the plan's nodes or victims as it
+    counted them, by live reads, or None: a node the preemptor is to take
+    GPUs on gone, or differing from the cache in what placement reads of it
+    (a standby whose node cache lagged planned on GPUs the node no longer
+    offers: simulation seed 5098); a victim gone, replaced, finished or
+    terminating (it frees its GPUs without an eviction); its claims on its
+    node holding fewer GPUs than it was to free. Preemption is rare: a read
+    per node, victim and claim is cheap beside evicting on a stale cache."""
+    for node in sorted({n for per in plan.usage.values() for n in per}):
+        differs = _node_differs(ctx, node)
+        if differs is not None:
+            return differs
+    for v in plan.victims:
         live = ctx.writer.get_pod(v.namespace, v.name)
         if live is None or live["metadata"].get("uid") != v.uid or live["metadata"].get("deletionTimestamp"):
             return f"pod {v.key} is gone, replaced or terminating on the server"
+        if (live.get("status") or {}).get("phase") in FINISHED:
+            return f"pod {v.key} has finished on the server"
         held: dict[str, int] = {}
         for cached in ctx.claims.by_index(indexes.CLAIMS_BY_RESERVED_POD, v.key):
             claim = ctx.writer.get_claim(v.namespace, cached["metadata"]["name"])
@@ -145,6 +157,23 @@ def _not_as_counted(ctx: SyncContext, victims: Sequence[Victim]) -> str | None:
         if short:
             return (f"the claims of pod {v.key} hold fewer GPUs on node {v.node} on the server than the "
                     f"caches show ({', '.join(f'{n} {r}' for r, n in sorted(short.items()))} counted)")
+    return None
+
+
+def _node_differs(ctx: SyncContext, name: str) -> str | None:
+    """Why the server shows node `name` otherwise than the cache does, in
+    what placement reads of it (NodeInfo: allocatable, cordon, readiness,
+    taints, labels), or None. What DRA offers there (ResourceSlices) is not
+    read again."""
+    live = ctx.writer.get_node(name)
+    if live is None:
+        return f"node {name} is gone on the server"
+    cached = ctx.nodes.get(name)
+    was, now = NodeInfo.from_api(cached or {}), NodeInfo.from_api(live)
+    changed = [f for f in ("allocatable", "unschedulable", "ready", "taints", "labels")
+               if getattr(was, f) != getattr(now, f)]
+    if changed:
+        return f"node {name} on the server differs from the cache ({', '.join(changed)})"
     return None
 
 

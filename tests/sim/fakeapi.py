@@ -70,7 +70,7 @@ _PLURAL_OF_KIND = {info.kind: plural for plural, info in KINDS.items()}
 # holds this equal to the public methods of the real Writer.
 WRITER_METHODS = ("create_claim", "update_claim", "update_claim_status", "update_class_status",
                   "update_budget_status",
-                  "delete_claim", "list_claims", "get_pod", "get_claim", "patch_pod", "delete_pod", "event",
+                  "delete_claim", "list_claims", "get_pod", "get_node", "get_claim", "patch_pod", "delete_pod", "event",
                   "evict_pod", "list_disruption_budgets", "patch_pod_status")
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -251,6 +251,12 @@ class FakeApi:
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         try:
             return self._writer_call("get_pod", None, lambda: self._get_or_404(PODS, namespace, name))
+        except NotFound:
+            return None
+
+    def get_node(self, name: str) -> Obj | None:
+        try:
+            return self._writer_call("get_node", None, lambda: self._get_or_404(NODES, "", name))
         except NotFound:
             return None
 

@@ -1126,8 +1126,19 @@ class Sim:
         need_r: dict[str, int] = {}
         for cls, n in need.items():
             need_r[classes[cls]] = need_r.get(classes[cls], 0) + n
-        node = (evictions[0][1].get("spec") or {}).get("nodeName")
-        going = {p["metadata"]["uid"] for p in pods if p["metadata"].get("deletionTimestamp")}
+        # The node the plan chose: the one its nomination holds GPUs on. (A
+        # victim's gang is taken whole, so the first eviction may be of a
+        # member on another node: seed 5035.)
+        nominated = self.ctl.view.nominations.get(preemptor["metadata"]["uid"])
+        held_on = {n for per in nominated.usage.values() for n in per} if nominated is not None else set()
+        victim_nodes = {(e[1].get("spec") or {}).get("nodeName") for e in evictions}
+        if len(held_on) != 1 or not held_on <= victim_nodes:
+            raise InvariantBroken(f"I6: {key} evicted on {sorted(map(str, victim_nodes))} but holds GPUs on "
+                                  f"{sorted(held_on)}\n" + self.trace())
+        node = next(iter(held_on))
+        # Terminating or finished: their claims are let go without an eviction.
+        going = {p["metadata"]["uid"] for p in pods if p["metadata"].get("deletionTimestamp")
+                 or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")}
         alive = {p["metadata"]["uid"] for p in pods}
         stays: dict[str, int] = {}
         for c in claims_now:
