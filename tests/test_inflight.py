@@ -71,6 +71,23 @@ def test_a_lost_answer_that_landed_waits_for_the_informer_to_show_it(inflight: I
     assert inflight.usage() == {}
 
 
+def test_a_lost_write_put_back_on_the_wire_from_an_older_cache_still_ends_only_after_its_base() -> None:
+    """Simulation seed 5013: a bind based on 18 (after our finalizer's
+    update) lost its answer; the next decision, from a cache still at 10,
+    wrote the bind again from 10 and was refused. The informer showing 18
+    (the finalizer) must not end the entry: the first bind may land yet."""
+    f = InFlightPlacements()
+    f.observe("c1", "10")
+    f.add("c1", P1, "node-a", GPU, 2, base="18")
+    f.settling("c1", lost_at=None)
+    f.resend("c1", "10")
+    f.settling("c1", "10")  # the second write refused: 409
+    f.observe("c1", "18")
+    assert f.usage() == {GPU: {"node-a": 2}}
+    f.observe("c1", "27")  # the first bind lands
+    assert f.usage() == {}
+
+
 def test_a_deleted_claim_holds_nothing(inflight: InFlightPlacements) -> None:
     assert inflight.gone("c1")
     assert inflight.usage() == {}

@@ -186,10 +186,18 @@ class InFlightPlacements:
         refused, and the entry must keep waiting for that version (put on
         the wire from the older base, the refusal would end it on a version
         in between: simulation seed 5172). One on the wire already is
-        another write's."""
+        another write's.
+
+        The base never goes back: a decision from a cache older than the
+        lost write's base (the claim changed between the two reads) must
+        not let the version the lost write was based on end the entry while
+        that write may land yet (simulation seed 5013: an entry based on 18
+        put back on the wire from 10 was ended by the informer showing 18,
+        and the bind landing after counted nowhere)."""
         entry = self._entries.get(claim_uid)
         if entry is not None and entry.state is WriteState.SETTLING:
-            self._entries[claim_uid] = replace(entry, state=WriteState.SENDING, base=parse_rv(base))
+            self._entries[claim_uid] = replace(entry, state=WriteState.SENDING,
+                                               base=max(entry.base, parse_rv(base)))
 
     def written(self, claim_uid: str, rv: str) -> None:
         """The write was answered with resourceVersion `rv`."""
@@ -214,13 +222,14 @@ class InFlightPlacements:
                 # seeing. Settling on the older base would end the entry on
                 # a version between the two, before the bind shows.
                 return
-            if entry.state is WriteState.SETTLING and b < entry.base:
-                # Likewise for an earlier write in doubt: the claim is past
-                # the older version already, so the later write cannot
-                # land, and the earlier one still may, as the version after
-                # its own base. Going back to the older base would end the
-                # entry on a version in between (say our finalizer's, when
-                # the bind after it landed with its answer lost).
+            if b < entry.base:
+                # Likewise for an earlier write in doubt (settling, or put
+                # back on the wire by `resend`): the claim is past the older
+                # version already, so the later write cannot land, and the
+                # earlier one still may, as the version after its own base.
+                # Going back to the older base would end the entry on a
+                # version in between (say our finalizer's, when the bind
+                # after it landed with its answer lost: simulation seed 5013).
                 b = entry.base
             if entry.lost_at is not None and (lost_at is None or entry.lost_at > lost_at):
                 lost_at = entry.lost_at  # an earlier lost answer may still land
