@@ -146,6 +146,36 @@ def test_a_disruption_budget_that_refuses_moves_the_preemption_or_makes_it_wait_
     assert t.fake.evicted == [] and t.gated("urgent")
 
 
+def test_a_gang_whose_plan_a_disruption_budget_refuses_gives_up_every_node_of_it() -> None:
+    """A gang of two sets of 4 needs both nodes; nb3 is protected. Its plan
+    spans n0 and n1: refused, both nodes are given up for the gang, which
+    waits instead of planning the same evictions again at once (simulation
+    seed 5037: the plan's node was "n0, n1", no node at all, and the gang
+    was refused for ever without time passing)."""
+    s = full_cluster()
+    s.fake.disruption_budgets[NS] = [{"metadata": {"name": "keep-nb3", "namespace": NS},
+                                      "spec": {"selector": {"matchLabels": {"app": "nb3"}}},
+                                      "status": {"disruptionsAllowed": 0}}]
+    for i in range(2):
+        s.t += 1.0
+        s.fake.create(PODS, {"metadata": {
+            "name": f"w{i}", "namespace": NS, "labels": {"app": f"w{i}"},
+            "annotations": {api.CLAIMS_ANNOTATION: json.dumps([{"name": "g", "className": "alpha", "count": 4}]),
+                            api.GANG_ANNOTATION: "train", api.GANG_SIZE_ANNOTATION: "2"}},
+            "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}], "containers": [{"name": "c"}],
+                     "priority": 500}})
+    s.see_all()
+    for _ in range(5):
+        for key in sorted(k for k in s.ctl.queue.ready if k.startswith("pod:team/w")):
+            s.sync(key)
+    refused = [e for e in s.fake.events if e.reason == "PreemptionRefused"]
+    assert len(refused) == 1 and "keep-nb3" in refused[0].message, refused
+    assert not any(s.deleting(n) for n in ("nb0", "nb1", "nb2", "nb3"))
+    assert s.gated("w0") and s.gated("w1")
+    given_up = s.ctl.ctx.memories.preemption_refused
+    assert [set(given_up.get(k) or ()) for k in given_up.keys()] == [{"n0", "n1"}]
+
+
 def test_the_preemptor_deleted_mid_way_lets_the_gpus_go_to_others() -> None:
     s = full_cluster()
     s.pod("urgent", [{"name": "g", "className": "alpha", "count": 4}], priority=1000)

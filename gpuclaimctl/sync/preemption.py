@@ -107,8 +107,13 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
     if refusal is not None:
         now = ctx.now()
         until = now + timedelta(seconds=REFUSED_FOR)
+        # Every node the plan takes GPUs on is given up: a gang's spans
+        # several (`plan.node` names them all, "n1, n2"), and giving up that
+        # name gave up nothing: the same plan was refused again at once, for
+        # ever (simulation seed 5037).
         ctx.memories.preemption_refused.update(
-            holder, lambda old: {**{n: t for n, t in (old or {}).items() if t > now}, plan.node: until})
+            holder, lambda old: {**{n: t for n, t in (old or {}).items() if t > now},
+                                 **dict.fromkeys(_nodes_of(plan), until)})
         freed = ctx.view.drop_nomination(holder)
         ctx.wake(lambda: Change(freed_on=freed))
         ctx.writer.event(_ref(preemptor), "Warning", "PreemptionRefused",
@@ -125,6 +130,11 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
     return True
 
 
+def _nodes_of(plan: Preemption) -> frozenset[str]:
+    """The nodes a plan takes GPUs on (a gang's: every member's)."""
+    return frozenset(n for per in plan.usage.values() for n in per) or frozenset((plan.node,))
+
+
 def _not_as_counted(ctx: SyncContext, plan: Preemption) -> str | None:
     """Why the server does not show the plan's nodes or victims as it
     counted them, by live reads, or None: a node the preemptor is to take
@@ -134,7 +144,7 @@ def _not_as_counted(ctx: SyncContext, plan: Preemption) -> str | None:
     terminating (it frees its GPUs without an eviction); its claims on its
     node holding fewer GPUs than it was to free. Preemption is rare: a read
     per node, victim and claim is cheap beside evicting on a stale cache."""
-    for node in sorted({n for per in plan.usage.values() for n in per}):
+    for node in sorted(_nodes_of(plan)):
         differs = _node_differs(ctx, node)
         if differs is not None:
             return differs
