@@ -909,6 +909,8 @@ class Sim:
                 self.fake.mark_unschedulable(NS, name, "0/4 nodes are available: fake")
         elif spec.get("nodeName"):
             phase = (p.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                return  # a finished pod never runs again (seed 7155 made one Running again)
             if phase != "Running":
                 self.fake.set_pod_phase(NS, name, "Running")
             elif roll < (0.2 if self.contended else 0.5):
