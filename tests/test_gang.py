@@ -283,6 +283,51 @@ def test_a_bind_that_fails_midway_is_finished_by_the_retry_from_the_same_decisio
     s.check_quiet()
 
 
+def test_a_bind_never_sent_after_a_failure_mid_set_stops_counting_once_the_gang_waits() -> None:
+    """Member train-1 has two claims; the bind of its first is refused, so
+    its second is never sent. Then its class is deleted: the gang waits and
+    lets go of its decision. The unsent bind must stop counting with it
+    (simulation seed 5172: it was taken out of the gang's unsent binds with
+    the rest of its set, and counted in flight for ever)."""
+    import json
+
+    from gpuclaimctl.client.errors import ApiError
+    from gpuclaimctl.model import api
+    from tests.sim.fakeapi import CLASSES, PODS
+    from tests.sim.harness import NS
+    from tests.test_sync_scenarios import Story
+
+    s = Story(nodes=(4, 4))
+    s._create_class("beta")
+    for i, entries in enumerate(([{"name": "g", "className": "alpha", "count": 2}],
+                                 [{"name": "a", "className": "beta", "count": 1},
+                                  {"name": "b", "className": "beta", "count": 1}])):
+        s.t += 1.0
+        s.fake.create(PODS, {"metadata": {
+            "name": f"train-{i}", "namespace": NS,
+            "annotations": {api.CLAIMS_ANNOTATION: json.dumps(entries),
+                            GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}},
+            "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}], "containers": [{"name": "c"}]}})
+    s.see_all()
+    calls = {"n": 0}
+
+    def second_bind_fails(method: str, _body: Any) -> None:
+        if method == "update_claim_status":
+            calls["n"] += 1
+            if calls["n"] == 2:
+                s.fake.inject(method, ApiError(500, "InternalError", "etcd is busy"), landed=False)
+    s.fake.before_write = second_bind_fails
+    s.sync("pod:team/train-0")
+    s.fake.before_write = None
+    assert calls["n"] == 2 and released(s, 2) == [False, False]
+    s.fake.delete(CLASSES, "", "beta")
+    s.see_all()
+    sync_all(s)
+    assert released(s, 2) == [False, False]
+    s.drain()
+    s.check_quiet()
+
+
 # -- alike members share one ranking of the nodes, with the same result ----------------------
 
 

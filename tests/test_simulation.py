@@ -28,6 +28,17 @@ def test_no_interleaving_breaks_the_invariants(seed: int) -> None:
     Sim(seed, steps=STEPS).run()
 
 
+# Seeds of long runs that once broke an invariant (each fix's commit and
+# test name the seed): cheap to run, and a guard while the harness's
+# schedules stay as they were then.
+REGRESSION_SEEDS = (5013, 5035, 5037, 5098, 5172, 7155)
+
+
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
+def test_seeds_that_once_broke_an_invariant_keep_it(seed: int) -> None:
+    Sim(seed, steps=STEPS).run()
+
+
 @pytest.mark.skipif("GPUCLAIMCTL_SIM_SEED" not in os.environ, reason="set GPUCLAIMCTL_SIM_SEED to replay")
 def test_replay() -> None:
     sim = Sim(int(os.environ["GPUCLAIMCTL_SIM_SEED"]), steps=int(os.environ.get("GPUCLAIMCTL_SIM_STEPS", STEPS)))

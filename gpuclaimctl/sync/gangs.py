@@ -263,10 +263,14 @@ def _apply_placed(ctx: SyncContext, gang: Gang, reads: Sequence[_SetRead], decis
     for key, placed in decision.sets:
         r = by_key[key]
         ctx.memories.capacity_needs.pop(key, None)
+        # Only the binds sent leave the gang's unsent ones: after a failure
+        # mid-set, the set's later claims were never sent, and must stay
+        # there for the next sync to send or let go of (taken out with the
+        # rest of their set, they counted in flight for ever: seed 5172).
+        sent: set[str] = set()
         try:
-            _bind_set(ctx, r.pod, r.raw, placed, keep_unsent=True)
+            _bind_set(ctx, r.pod, r.raw, placed, keep_unsent=True, sent=sent)
         finally:
-            sent = {a.uid for a in placed.claims}
             ctx.memories.gang_unsent.update(gang.key, lambda old: frozenset((old or frozenset()) - sent))
     ctx.memories.gang_unsent.pop(gang.key, None)
     for key, placed in decision.sets:

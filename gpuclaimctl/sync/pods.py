@@ -372,11 +372,13 @@ def _apply_placed(ctx: SyncContext, read: _SetRead, decision: Placed) -> None:
 
 
 def _bind_set(ctx: SyncContext, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed, *,
-              keep_unsent: bool) -> None:
-    """The set's binds, one after another. A bind never sent holds nothing
-    (one that was sent has its fate recorded) -- unless `keep_unsent`: a
-    gang's decision stays in flight until its retry sends them."""
-    sent: set[str] = set()
+              keep_unsent: bool, sent: set[str] | None = None) -> None:
+    """The set's binds, one after another; `sent` (if given) gets the uid
+    of each claim whose bind was sent (or found done already). A bind never
+    sent holds nothing (one that was sent has its fate recorded) -- unless
+    `keep_unsent`: a gang's decision stays in flight until its retry sends
+    them, or the gang lets go of it (sync.gangs._let_go)."""
+    sent = set() if sent is None else sent
     try:
         for action in decision.claims:
             sent.add(action.uid)
