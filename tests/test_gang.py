@@ -186,6 +186,24 @@ def sync_all(s: Any, rounds: int = 4) -> None:
         s.see_all()
 
 
+def sync_with_bind_refused(s: Any, nth: int) -> int:
+    """Sync the deciding member train-0 with its `nth` bind refused (a 500:
+    nothing written); how many binds it tried."""
+    from gpuclaimctl.client.errors import ApiError
+
+    calls = {"n": 0}
+
+    def refuse_nth(method: str, _body: Any) -> None:
+        if method == "update_claim_status":
+            calls["n"] += 1
+            if calls["n"] == nth:
+                s.fake.inject(method, ApiError(500, "InternalError", "etcd is busy"), landed=False)
+    s.fake.before_write = refuse_nth
+    s.sync("pod:team/train-0")
+    s.fake.before_write = None
+    return calls["n"]
+
+
 def released(s: Any, size: int = 4) -> list[bool]:
     return [not s.gated(f"train-{i}") for i in range(size)]
 
@@ -258,19 +276,8 @@ def test_a_bind_that_fails_midway_is_finished_by_the_retry_from_the_same_decisio
     """The third bind is refused: the first two claims are bound, the rest
     stay counted in flight for the gang; the retry keeps what is bound and
     finishes. Meanwhile a single pod wanting the GPUs the gang holds waits."""
-    from gpuclaimctl.client.errors import ApiError
-
     s = gang_story(nodes=(4, 4, 4, 4))
-    calls = {"n": 0}
-
-    def third_bind_fails(method: str, _body: Any) -> None:
-        if method == "update_claim_status":
-            calls["n"] += 1
-            if calls["n"] == 3:
-                s.fake.inject(method, ApiError(500, "InternalError", "etcd is busy"), landed=False)
-    s.fake.before_write = third_bind_fails
-    s.sync("pod:team/train-0")
-    s.fake.before_write = None
+    assert sync_with_bind_refused(s, 3) == 3
     assert released(s) == [False] * 4
     s.pod("single", [{"name": "g", "className": "alpha", "count": 4}])
     s.see_all()
@@ -291,7 +298,6 @@ def test_a_bind_never_sent_after_a_failure_mid_set_stops_counting_once_the_gang_
     the rest of its set, and counted in flight for ever)."""
     import json
 
-    from gpuclaimctl.client.errors import ApiError
     from gpuclaimctl.model import api
     from tests.sim.fakeapi import CLASSES, PODS
     from tests.sim.harness import NS
@@ -309,17 +315,7 @@ def test_a_bind_never_sent_after_a_failure_mid_set_stops_counting_once_the_gang_
                             GANG_ANNOTATION: "train", GANG_SIZE_ANNOTATION: "2"}},
             "spec": {"schedulingGates": [{"name": api.SCHEDULING_GATE}], "containers": [{"name": "c"}]}})
     s.see_all()
-    calls = {"n": 0}
-
-    def second_bind_fails(method: str, _body: Any) -> None:
-        if method == "update_claim_status":
-            calls["n"] += 1
-            if calls["n"] == 2:
-                s.fake.inject(method, ApiError(500, "InternalError", "etcd is busy"), landed=False)
-    s.fake.before_write = second_bind_fails
-    s.sync("pod:team/train-0")
-    s.fake.before_write = None
-    assert calls["n"] == 2 and released(s, 2) == [False, False]
+    assert sync_with_bind_refused(s, 2) == 2 and released(s, 2) == [False, False]
     s.fake.delete(CLASSES, "", "beta")
     s.see_all()
     sync_all(s)
