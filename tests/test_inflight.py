@@ -88,6 +88,31 @@ def test_a_lost_write_put_back_on_the_wire_from_an_older_cache_still_ends_only_a
     assert f.usage() == {}
 
 
+def test_a_write_never_sent_ends_a_new_entry_and_settles_a_resent_one_again() -> None:
+    """Simulation seed 10024: an entry put back on the wire by a decision
+    whose writes stopped before its bind (an earlier bind of the set
+    failed) must not stay on the wire for ever: it settles again, as the
+    earlier write in doubt may land yet. A new entry never sent ends."""
+    f = InFlightPlacements()
+    f.observe("c1", "10")
+    f.add("c1", P1, "node-a", GPU, 2, base="10")
+    f.settling("c1", lost_at=None)
+    assert f.resend("c1", "10")
+    f.not_sent("c1")
+    entry = f.get("c1")
+    assert entry is not None and entry.state.value == "settling" and not entry.resent
+    f.observe("c1", "11")  # the next version shows what the earlier write did
+    assert f.usage() == {}
+    f.add("c2", P1, "node-a", GPU, 1, base="5")
+    f.not_sent("c2")
+    assert f.get("c2") is None
+    f.add("c3", P1, "node-a", GPU, 1, base="5")
+    f.written("c3", "6")
+    f.not_sent("c3")  # its fate is known: left as it is
+    assert f.usage() == {GPU: {"node-a": 1}}
+    assert not f.resend("c3", "5"), "a written entry is not put back on the wire"
+
+
 def test_a_deleted_claim_holds_nothing(inflight: InFlightPlacements) -> None:
     assert inflight.gone("c1")
     assert inflight.usage() == {}

@@ -31,12 +31,13 @@ def test_no_interleaving_breaks_the_invariants(seed: int) -> None:
 # Seeds of long runs that once broke an invariant (each fix's commit and
 # test name the seed): cheap to run, and a guard while the harness's
 # schedules stay as they were then.
-REGRESSION_SEEDS = (5013, 5035, 5037, 5098, 5172, 7155)
+REGRESSION_SEEDS = [(seed, (8, 4, 4, 2)) for seed in (5013, 5035, 5037, 5098, 5172, 7155)] + [
+    (10024, (2, 2, 2, 2, 2, 2))]
 
 
-@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
-def test_seeds_that_once_broke_an_invariant_keep_it(seed: int) -> None:
-    Sim(seed, steps=STEPS).run()
+@pytest.mark.parametrize(("seed", "nodes"), REGRESSION_SEEDS)
+def test_seeds_that_once_broke_an_invariant_keep_it(seed: int, nodes: tuple[int, ...]) -> None:
+    Sim(seed, steps=STEPS, nodes=nodes).run()
 
 
 @pytest.mark.skipif("GPUCLAIMCTL_SIM_SEED" not in os.environ, reason="set GPUCLAIMCTL_SIM_SEED to replay")

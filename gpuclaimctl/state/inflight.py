@@ -96,6 +96,10 @@ class InFlight:
     # on the server. Not a WRITTEN that a live read inferred from any newer
     # version (`settled`): that version may be someone else's change.
     answered: bool = False
+    # Put back on the wire by `resend` (it was settling): a write never
+    # sent after all returns it to settling (`not_sent`), as the earlier
+    # write in doubt may land yet.
+    resent: bool = False
 
     def settle_after(self, now: datetime) -> float:
         """Seconds until a live read may tell whether this write landed."""
@@ -171,7 +175,7 @@ class InFlightPlacements:
                                             name=name, added_at=added_at, answered=True)
         self._end_if_seen(claim_uid)
 
-    def resend(self, claim_uid: str, base: str) -> None:
+    def resend(self, claim_uid: str, base: str) -> bool:
         """A decision keeps the claim where its entry counts it and writes
         the bind again, computed from `base`: the entry is on the wire once
         more, and ends only by that write's fate. (Left settling, a live
@@ -193,18 +197,23 @@ class InFlightPlacements:
         not let the version the lost write was based on end the entry while
         that write may land yet (simulation seed 5013: an entry based on 18
         put back on the wire from 10 was ended by the informer showing 18,
-        and the bind landing after counted nowhere)."""
+        and the bind landing after counted nowhere).
+
+        True if the entry was put back on the wire: the caller sends the
+        write, or says it never did (`not_sent`)."""
         entry = self._entries.get(claim_uid)
-        if entry is not None and entry.state is WriteState.SETTLING:
-            self._entries[claim_uid] = replace(entry, state=WriteState.SENDING,
-                                               base=max(entry.base, parse_rv(base)))
+        if entry is None or entry.state is not WriteState.SETTLING:
+            return False
+        self._entries[claim_uid] = replace(entry, state=WriteState.SENDING, resent=True,
+                                           base=max(entry.base, parse_rv(base)))
+        return True
 
     def written(self, claim_uid: str, rv: str) -> None:
         """The write was answered with resourceVersion `rv`."""
         entry = self._entries.get(claim_uid)
         if entry is not None:
             self._entries[claim_uid] = replace(entry, state=WriteState.WRITTEN, written=parse_rv(rv),
-                                               answered=True)
+                                               answered=True, resent=False)
             self._end_if_seen(claim_uid)
 
     def settling(self, claim_uid: str, base: str | None = None, *,
@@ -234,7 +243,7 @@ class InFlightPlacements:
             if entry.lost_at is not None and (lost_at is None or entry.lost_at > lost_at):
                 lost_at = entry.lost_at  # an earlier lost answer may still land
             self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, base=b,
-                                               lost_at=lost_at)
+                                               lost_at=lost_at, resent=False)
             self._end_if_seen(claim_uid)
 
     def settled(self, claim_uid: str, live_rv: str) -> None:
@@ -259,9 +268,20 @@ class InFlightPlacements:
             self._seen[claim_uid] = seen
         return self._end_if_seen(claim_uid)
 
-    def forget(self, claim_uid: str) -> None:
-        """The write was never sent: the claim holds nothing for it."""
-        self._entries.pop(claim_uid, None)
+    def not_sent(self, claim_uid: str) -> None:
+        """The write a decision put on the wire was never sent (an earlier
+        write of the set failed, or a gang let go of its decision): a new
+        entry ends, the claim holds nothing for it; one put back by `resend`
+        is settling again, as before (left on the wire, nothing would ever
+        end it: simulation seed 10024, six nodes of 2). An entry with its
+        fate known meanwhile is left as it is."""
+        entry = self._entries.get(claim_uid)
+        if entry is None or entry.state is not WriteState.SENDING:
+            return
+        if entry.resent:
+            self._entries[claim_uid] = replace(entry, state=WriteState.SETTLING, resent=False)
+        else:
+            del self._entries[claim_uid]
 
     def gone(self, claim_uid: str) -> bool:
         """The informer shows the claim deleted: it holds nothing any more."""

@@ -425,7 +425,7 @@ class ClusterView:
 
     def not_sent(self, claim_uid: str) -> Change:
         with self.lock:
-            return self._ending(claim_uid, lambda: self.inflight.forget(claim_uid))
+            return self._ending(claim_uid, lambda: self.inflight.not_sent(claim_uid))
 
     def settled(self, claim_uid: str, live_rv: str) -> Change:
         with self.lock:
@@ -679,9 +679,10 @@ class Decider:
     def budget_use(self, namespace: str) -> BudgetUse:
         return self._view.budget_use(namespace)
 
-    def resend(self, claim_uid: str, base: str) -> None:
-        """A kept claim's entry is written again from `base` (InFlightPlacements.resend)."""
-        self._view.inflight.resend(claim_uid, base)
+    def resend(self, claim_uid: str, base: str) -> bool:
+        """A kept claim's entry is written again from `base`; True if it was
+        put back on the wire (InFlightPlacements.resend)."""
+        return self._view.inflight.resend(claim_uid, base)
 
     def record(self, claim_uid: str, pod: PodRef, node: str, resource: str, count: int,
                base: str, *, namespace: str = "", class_name: str = "", name: str = "") -> None:

@@ -222,9 +222,10 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
                     d.record(a.uid, PodRef(r.info.name, r.info.uid), a.node, a.resource, a.count,
                              claim["metadata"].get("resourceVersion", ""), namespace=gang.namespace,
                              class_name=str((claim.get("spec") or {}).get("className") or ""), name=a.claim)
-                for k, p in decision.sets:
-                    _resend_kept(d, by_key[k].pod, by_key[k].raw, p)
-                took = frozenset(a.uid for _, a in taking)
+                # Entries put back on the wire are the decision's to send
+                # too: never sent, they settle again (_let_go).
+                took = frozenset(a.uid for _, a in taking).union(
+                    *(_resend_kept(d, by_key[k].pod, by_key[k].raw, p) for k, p in decision.sets))
                 ctx.memories.gang_unsent.update(gang.key, lambda old: (old or frozenset()) | took)
 
     if freed:
@@ -281,7 +282,7 @@ def _apply_placed(ctx: SyncContext, gang: Gang, reads: Sequence[_SetRead], decis
 
 def _let_go(ctx: SyncContext, gang: Gang, reads: Sequence[_SetRead]) -> None:
     """A waiting gang holds nothing: binds its last decision never sent stop
-    counting, and claims bound and reserved for its gated members let go of
+    counting (entries it put back on the wire settle again), and claims bound and reserved for its gated members let go of
     them (a Release claim returns to Pending through its claim sync)."""
     unsent = ctx.memories.gang_unsent.pop(gang.key) or frozenset()
     for uid in unsent:

@@ -213,6 +213,8 @@ class _Verdict:
     preemption: Preemption | None = None
     # Nodes where GPUs held for this pod (its nomination) are no longer held.
     freed: frozenset[str] = frozenset()
+    # Kept claims whose entries the decision put back on the wire (_resend_kept).
+    resent: frozenset[str] = frozenset()
 
 
 def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
@@ -271,11 +273,11 @@ def _decide(ctx: SyncContext, read: _SetRead) -> _Verdict:
                      claim["metadata"].get("resourceVersion", ""), namespace=info.namespace,
                      class_name=str((claim.get("spec") or {}).get("className") or ""),
                      name=a.claim)
-        _resend_kept(d, read.pod, read.raw, decision)
+        resent = _resend_kept(d, read.pod, read.raw, decision)
         # What was held for it while its victims went is taken now (or, on
         # another node, free for others).
         freed = d.drop_nomination(info.uid) - {decision.node}
-        return _Verdict(decision, states, _Step.PLACE, now, freed=freed)
+        return _Verdict(decision, states, _Step.PLACE, now, freed=freed, resent=resent)
 
 
 def held_note(decision: Waiting, hold: GangHold | None) -> Waiting:
@@ -290,16 +292,20 @@ def held_note(decision: Waiting, hold: GangHold | None) -> Waiting:
     return dataclasses.replace(decision, message=decision.message + note, claims=claims)
 
 
-def _resend_kept(d: Decider, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed) -> None:
+def _resend_kept(d: Decider, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed) -> frozenset[str]:
     """A claim kept where an earlier write of ours put it (its in-flight
     entry: the cache does not show that bind) is written again: its entry
     goes back on the wire from the version read, so it ends only by this
-    write's fate (InFlightPlacements.resend)."""
+    write's fate (InFlightPlacements.resend). The uids put back on the
+    wire: each write is sent, or said never sent (ClusterView.not_sent)."""
+    resent = set()
     for a in decision.claims:
         if a.action is Action.KEEP and d.in_flight(a.uid) is not None:
             claim = raw[a.claim]
-            if not podplan.bound_as_planned(claim, pod, a.node, a.resource):
-                d.resend(a.uid, str(claim["metadata"].get("resourceVersion", "")))
+            if not podplan.bound_as_planned(claim, pod, a.node, a.resource) and \
+                    d.resend(a.uid, str(claim["metadata"].get("resourceVersion", ""))):
+                resent.add(a.uid)
+    return frozenset(resent)
 
 
 def _apply(ctx: SyncContext, read: _SetRead, verdict: _Verdict) -> None:
@@ -341,7 +347,7 @@ def _apply(ctx: SyncContext, read: _SetRead, verdict: _Verdict) -> None:
             # Held GPUs free again when the hold ends, with no event to say so.
             ctx.enqueue_after(POD + key, max(0.0, (verdict.hold.until - verdict.now).total_seconds()) + 0.1)
         return
-    _apply_placed(ctx, read, decision)
+    _apply_placed(ctx, read, decision, verdict.resent)
 
 
 def _apply_waiting(ctx: SyncContext, read: _SetRead, decision: Waiting,
@@ -363,21 +369,23 @@ def _apply_waiting(ctx: SyncContext, read: _SetRead, decision: Waiting,
     _waiting(ctx, pod, decision, read.raw, rejections)
 
 
-def _apply_placed(ctx: SyncContext, read: _SetRead, decision: Placed) -> None:
+def _apply_placed(ctx: SyncContext, read: _SetRead, decision: Placed, resent: frozenset[str]) -> None:
     """Bind every claim of the set (in order), then release the pod in one
     patch; each write's fate reaches the view."""
     ctx.memories.capacity_needs.pop(read.key, None)
-    _bind_set(ctx, read.pod, read.raw, decision, keep_unsent=False)
+    _bind_set(ctx, read.pod, read.raw, decision, keep_unsent=False, resent=resent)
     _release(ctx, read.pod, decision)
 
 
 def _bind_set(ctx: SyncContext, pod: Obj, raw: Mapping[str, Mapping[str, Any]], decision: Placed, *,
-              keep_unsent: bool, sent: set[str] | None = None) -> None:
+              keep_unsent: bool, resent: frozenset[str] = frozenset(), sent: set[str] | None = None) -> None:
     """The set's binds, one after another; `sent` (if given) gets the uid
     of each claim whose bind was sent (or found done already). A bind never
-    sent holds nothing (one that was sent has its fate recorded) -- unless
-    `keep_unsent`: a gang's decision stays in flight until its retry sends
-    them, or the gang lets go of it (sync.gangs._let_go)."""
+    sent (an earlier one failed) holds nothing, or, for an entry the
+    decision put back on the wire (`resent`), settles again (one that was
+    sent has its fate recorded) -- unless `keep_unsent`: a gang's decision
+    stays in flight until its retry sends them, or the gang lets go of it
+    (sync.gangs._let_go)."""
     sent = set() if sent is None else sent
     try:
         for action in decision.claims:
@@ -385,9 +393,9 @@ def _bind_set(ctx: SyncContext, pod: Obj, raw: Mapping[str, Mapping[str, Any]], 
             _bind(ctx, pod, raw[action.claim], action.node, action.resource, action.uid)
     finally:
         if not keep_unsent:
-            for a in decision.new_gpus():
-                if a.uid not in sent:
-                    ctx.wake(functools.partial(ctx.view.not_sent, a.uid))
+            for uid in {a.uid for a in decision.new_gpus()} | resent:
+                if uid not in sent:
+                    ctx.wake(functools.partial(ctx.view.not_sent, uid))
 
 
 def _release(ctx: SyncContext, pod: Obj, decision: Placed) -> None:
