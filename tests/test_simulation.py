@@ -32,7 +32,7 @@ def test_no_interleaving_breaks_the_invariants(seed: int) -> None:
 # test name the seed): cheap to run, and a guard while the harness's
 # schedules stay as they were then.
 REGRESSION_SEEDS = [(seed, (8, 4, 4, 2)) for seed in (5013, 5035, 5037, 5098, 5172, 7155)] + [
-    (10024, (2, 2, 2, 2, 2, 2))]
+    (seed, (2, 2, 2, 2, 2, 2)) for seed in (10024, 10189, 10197)]
 
 
 @pytest.mark.parametrize(("seed", "nodes"), REGRESSION_SEEDS)

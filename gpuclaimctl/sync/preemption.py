@@ -107,13 +107,17 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
     if refusal is not None:
         now = ctx.now()
         until = now + timedelta(seconds=REFUSED_FOR)
-        # Every node the plan takes GPUs on is given up: a gang's spans
-        # several (`plan.node` names them all, "n1, n2"), and giving up that
-        # name gave up nothing: the same plan was refused again at once, for
-        # ever (simulation seed 5037).
+        # Every node the plan takes GPUs on or takes victims from is given
+        # up. A gang's plan spans several nodes (`plan.node` names them all,
+        # "n1, n2": giving up that name gave up nothing, and the same plan
+        # was refused again at once, for ever: simulation seed 5037). And a
+        # victim taken for its namespace's budget runs on another node than
+        # the one the set goes to: the plan is looked for from the victims'
+        # nodes, which must be given up too (seed 10189).
+        given_up = _nodes_of(plan) | {v.node for v in plan.victims + plan.waiting_for}
         ctx.memories.preemption_refused.update(
             holder, lambda old: {**{n: t for n, t in (old or {}).items() if t > now},
-                                 **dict.fromkeys(_nodes_of(plan), until)})
+                                 **dict.fromkeys(given_up, until)})
         freed = ctx.view.drop_nomination(holder)
         ctx.wake(lambda: Change(freed_on=freed))
         ctx.writer.event(_ref(preemptor), "Warning", "PreemptionRefused",
