@@ -295,6 +295,22 @@ def test_nothing_is_evicted_on_a_node_the_server_shows_without_the_gpus_the_cach
     assert [n for n in ("nb0", "nb1", "nb2", "nb3") if s.deleting(n)] == ["nb0", "nb1"]
 
 
+def test_nothing_is_evicted_for_a_preemptor_replaced_on_the_server() -> None:
+    """The urgent pod was deleted and made again under its name at
+    priority 0; the pod cache still shows the old one, at 1000. Nothing is
+    evicted for a pod the server no longer has (simulation seed 15029)."""
+    s = full_cluster()
+    s.pod("urgent", [{"name": "g", "className": "alpha", "count": 4}], priority=1000)
+    s.see_all()
+    s.fake.delete(PODS, NS, "urgent")
+    s.pod("urgent", [{"name": "g", "className": "alpha", "count": 4}], priority=0)
+    s.sync("pod:team/urgent")
+    assert s.fake.evicted == []
+    s.see_all()
+    s.sync("pod:team/urgent")
+    assert s.fake.evicted == [], "the new pod, of priority 0, preempts nobody"
+
+
 def test_a_victim_the_server_shows_finished_is_not_evicted() -> None:
     """nb3 finished on the server; the pod cache still shows it running.
     Its GPUs come free without an eviction: nothing is evicted on a count

@@ -31,7 +31,7 @@ def test_no_interleaving_breaks_the_invariants(seed: int) -> None:
 # Seeds of long runs that once broke an invariant (each fix's commit and
 # test name the seed): cheap to run, and a guard while the harness's
 # schedules stay as they were then.
-REGRESSION_SEEDS = [(seed, (8, 4, 4, 2)) for seed in (5013, 5035, 5037, 5098, 5172, 7155)] + [
+REGRESSION_SEEDS = [(seed, (8, 4, 4, 2)) for seed in (5013, 5035, 5037, 5098, 5172, 7155, 15029)] + [
     (seed, (2, 2, 2, 2, 2, 2)) for seed in (10024, 10189, 10197)]
 
 

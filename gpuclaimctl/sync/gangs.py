@@ -233,7 +233,7 @@ def _place_gang_now(ctx: SyncContext, pod: Obj, gang: Gang, gated: Sequence[Obj]
     if nominated_away:
         ctx.wake(lambda: Change(freed_on=nominated_away))
     if plan is not None:
-        if preemption.evict(ctx, gang.key, pod, priority, plan):
+        if preemption.evict(ctx, gang.key, pod, priority, plan, [r.pod for r in reads]):
             _let_go(ctx, gang, reads)
             for r in reads:
                 _waiting(ctx, r.pod, preemption.preempting(plan, r.states), r.raw, ())

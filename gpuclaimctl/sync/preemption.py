@@ -81,10 +81,12 @@ def skip_nodes(ctx: SyncContext, holder: str, now: datetime) -> frozenset[str]:
 
 
 def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority: int,
-          plan: Preemption) -> bool:
-    """Evict the plan's victims; False if the node was given up."""
+          plan: Preemption, preemptors: Sequence[Mapping[str, Any]] = ()) -> bool:
+    """Evict the plan's victims; False if the node was given up.
+    `preemptors`: the pods it is for, as the cache shows them (a gang's
+    members; by default `preemptor` alone)."""
     pkey = keys.key_of(preemptor)
-    stale = _not_as_counted(ctx, plan)
+    stale = _gone_or_replaced(ctx, preemptors or (preemptor,)) or _not_as_counted(ctx, plan)
     if stale is not None:
         # The caches lag behind the server (a standby just taking over, a
         # claim let go a moment ago): evict nothing on a count the server no
@@ -137,6 +139,21 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
 def _nodes_of(plan: Preemption) -> frozenset[str]:
     """The nodes a plan takes GPUs on (a gang's: every member's)."""
     return frozenset(n for per in plan.usage.values() for n in per) or frozenset((plan.node,))
+
+
+def _gone_or_replaced(ctx: SyncContext, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the server does not show a pod the plan is for as the cache
+    does (gone, replaced under its name, terminating), by live reads, or
+    None. A pod deleted and made again with a lower priority, the cache
+    still showing the old one, was preempting for a pod that no longer
+    existed (simulation seed 15029)."""
+    for pod in pods:
+        meta = pod["metadata"]
+        live = ctx.writer.get_pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if live is None or live["metadata"].get("uid") != meta.get("uid") or \
+                live["metadata"].get("deletionTimestamp"):
+            return f"pod {keys.key_of(pod)}, which preempts, is gone, replaced or terminating on the server"
+    return None
 
 
 def _not_as_counted(ctx: SyncContext, plan: Preemption) -> str | None:
