@@ -282,8 +282,9 @@ def _apply_placed(ctx: SyncContext, gang: Gang, reads: Sequence[_SetRead], decis
 
 def _let_go(ctx: SyncContext, gang: Gang, reads: Sequence[_SetRead]) -> None:
     """A waiting gang holds nothing: binds its last decision never sent stop
-    counting (entries it put back on the wire settle again), and claims bound and reserved for its gated members let go of
-    them (a Release claim returns to Pending through its claim sync)."""
+    counting (entries it put back on the wire settle again), and claims
+    bound and reserved for its gated members let go of them (a Release
+    claim returns to Pending through its claim sync)."""
     unsent = ctx.memories.gang_unsent.pop(gang.key) or frozenset()
     for uid in unsent:
         ctx.wake(functools.partial(ctx.view.not_sent, uid))
