@@ -31,7 +31,7 @@ from gpuclaimctl.client.errors import ApiError
 from gpuclaimctl.decide.preempt import Preemption, Victim
 from gpuclaimctl.decide.victims import WAITS_FOR_ROOM
 from gpuclaimctl.decide.victims import preempting as preempting
-from gpuclaimctl.model import keys
+from gpuclaimctl.model import api, keys
 from gpuclaimctl.state import indexes
 from gpuclaimctl.model.api import WaitReason
 from gpuclaimctl.model.nodeaffinity import selector_matches
@@ -53,8 +53,6 @@ RENEW_EVERY = 10.0
 # A victim still terminating this long past its deletionTimestamp is
 # stuck: it frees nothing one can count on, and is not waited for.
 STUCK_AFTER = 60.0
-# A pod in these phases frees its GPUs without an eviction.
-FINISHED = ("Succeeded", "Failed")
 
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTED_REASON = "PreemptionByGPUClaimController"
@@ -173,7 +171,7 @@ def _not_as_counted(ctx: SyncContext, plan: Preemption) -> str | None:
         live = ctx.writer.get_pod(v.namespace, v.name)
         if live is None or live["metadata"].get("uid") != v.uid or live["metadata"].get("deletionTimestamp"):
             return f"pod {v.key} is gone, replaced or terminating on the server"
-        if (live.get("status") or {}).get("phase") in FINISHED:
+        if (live.get("status") or {}).get("phase") in api.FINISHED_PHASES:
             return f"pod {v.key} has finished on the server"
         held: dict[str, int] = {}
         for cached in ctx.claims.by_index(indexes.CLAIMS_BY_RESERVED_POD, v.key):
