@@ -135,8 +135,18 @@ def evict(ctx: SyncContext, holder: str, preemptor: Mapping[str, Any], priority:
 
 
 def _nodes_of(plan: Preemption) -> frozenset[str]:
-    """The nodes a plan takes GPUs on (a gang's: every member's)."""
-    return frozenset(n for per in plan.usage.values() for n in per) or frozenset((plan.node,))
+    """The nodes a plan takes GPUs on (a gang's: every member's). Not
+    `plan.node`: for a gang it names them all in one string."""
+    return frozenset(n for per in plan.usage.values() for n in per)
+
+
+def _live_pod(ctx: SyncContext, namespace: str, name: str, uid: object) -> Mapping[str, Any] | None:
+    """The pod as the server has it, if it is still the one with `uid` and
+    not terminating; else None."""
+    live = ctx.writer.get_pod(namespace, name)
+    if live is None or live["metadata"].get("uid") != uid or live["metadata"].get("deletionTimestamp"):
+        return None
+    return live
 
 
 def _gone_or_replaced(ctx: SyncContext, pods: Sequence[Mapping[str, Any]]) -> str | None:
@@ -147,9 +157,7 @@ def _gone_or_replaced(ctx: SyncContext, pods: Sequence[Mapping[str, Any]]) -> st
     existed (simulation seed 15029)."""
     for pod in pods:
         meta = pod["metadata"]
-        live = ctx.writer.get_pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if live is None or live["metadata"].get("uid") != meta.get("uid") or \
-                live["metadata"].get("deletionTimestamp"):
+        if _live_pod(ctx, str(meta.get("namespace") or ""), str(meta.get("name") or ""), meta.get("uid")) is None:
             return f"pod {keys.key_of(pod)}, which preempts, is gone, replaced or terminating on the server"
     return None
 
@@ -168,8 +176,8 @@ def _not_as_counted(ctx: SyncContext, plan: Preemption) -> str | None:
         if differs is not None:
             return differs
     for v in plan.victims:
-        live = ctx.writer.get_pod(v.namespace, v.name)
-        if live is None or live["metadata"].get("uid") != v.uid or live["metadata"].get("deletionTimestamp"):
+        live = _live_pod(ctx, v.namespace, v.name, v.uid)
+        if live is None:
             return f"pod {v.key} is gone, replaced or terminating on the server"
         if (live.get("status") or {}).get("phase") in api.FINISHED_PHASES:
             return f"pod {v.key} has finished on the server"
